@@ -1,0 +1,1 @@
+"""Subcommands of the `inferix` CLI; each module exposes `register(subparsers)`."""

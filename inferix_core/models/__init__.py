@@ -1,0 +1,1 @@
+"""Model families (transformers) the engine can run."""

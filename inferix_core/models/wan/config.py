@@ -1,0 +1,93 @@
+"""WanConfig: the architecture of a Wan 2.1 style transformer.
+
+Read from the weights (see checkpoint.py), never from constants in the code. Derived sizes are
+properties. Geometry of a run (latent height/width) is not part of the model config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ...errors import ConfigError
+
+
+@dataclass(frozen=True)
+class WanConfig:
+    model_type: str = "t2v"  # "t2v"; "i2v"/"flf2v" variants carry image-conditioning weights
+    patch_size: tuple[int, int, int] = (1, 2, 2)  # (t, h, w) patch of the Conv3d embedding
+    text_len: int = 512  # text context rows (umT5 pads to 512)
+    in_dim: int = 16  # latent channels in
+    dim: int = 1536  # hidden size
+    ffn_dim: int = 8960
+    freq_dim: int = 256  # sinusoidal timestep features
+    text_dim: int = 4096  # umT5-XXL hidden size
+    out_dim: int = 16  # latent channels out
+    num_heads: int = 12
+    num_layers: int = 30
+    qk_norm: bool = True
+    cross_attn_norm: bool = True
+    eps: float = 1e-6
+    # Action conditioning (Matrix-Game style world models, and the bundled model): an MLP of the
+    # per-frame action vector whose output is added to the timestep embedding, so it modulates every
+    # block. 0 = no action input.
+    action_dim: int = 0
+    # Image conditioning (I2V): CLIP image embedding projection and extra latent channels.
+    has_image_input: bool = False
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.dim % self.num_heads:
+            raise ConfigError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}")
+        if self.head_dim % 2:
+            raise ConfigError(f"head_dim={self.head_dim} must be even for RoPE")
+        if len(self.patch_size) != 3:
+            raise ConfigError(f"patch_size must be (t, h, w), got {self.patch_size}")
+        object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def rope_split(self) -> tuple[int, int, int]:
+        """Complex pairs per head for the (t, h, w) axes: 22/21/21 for head_dim 128, 4/2/2 for 16."""
+        c = self.head_dim // 2
+        return (c - 2 * (c // 3), c // 3, c // 3)
+
+    def frame_tokens(self, latent_height: int, latent_width: int) -> int:
+        """Tokens per latent frame after patchify (1560 for 60x104 latents with patch (1, 2, 2))."""
+        _, ph, pw = self.patch_size
+        if latent_height % ph or latent_width % pw:
+            raise ConfigError(
+                f"latent size {latent_height}x{latent_width} is not divisible by the patch {ph}x{pw}; "
+                f"pixel height/width must be multiples of {8 * ph}x{8 * pw}"
+            )
+        return (latent_height // ph) * (latent_width // pw)
+
+    def num_parameters(self) -> int:
+        """Parameter count of the transformer (no action or image branches)."""
+        d, f, L = self.dim, self.ffn_dim, self.num_layers
+        pt, ph, pw = self.patch_size
+        attn = 4 * (d * d + d) + 2 * d  # q k v o + qk norms
+        block = 2 * attn + 2 * d + (d * f + f + f * d + d) + 6 * d  # self, cross, norm3, ffn, modulation
+        embed = self.in_dim * pt * ph * pw * d + d
+        text = self.text_dim * d + d + d * d + d
+        time = self.freq_dim * d + d + d * d + d + d * 6 * d + 6 * d
+        head = d * pt * ph * pw * self.out_dim + pt * ph * pw * self.out_dim + 2 * d
+        return L * block + embed + text + time + head
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["patch_size"] = list(self.patch_size)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WanConfig:
+        """Build from a dict such as a fixture's `config`; unknown keys go to `extra`."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in d.items() if k in names}
+        extra = {k: v for k, v in d.items() if k not in names}
+        if "patch_size" in known:
+            known["patch_size"] = tuple(known["patch_size"])
+        return cls(**known, extra=extra)
