@@ -135,7 +135,7 @@ class RoadWorld:
         pal = self.palette
         sky_top, haze, mnt, grass_a, grass_b, road_a, road_b = pal
         img = np.empty((H, W, 3), dtype=np.float32)
-        hy = int(round(sp.horizon * H))
+        hy = round(sp.horizon * H)
         xs = np.arange(W, dtype=np.float32) + 0.5  # (W,)
 
         # 1. Sky gradient and a mountain silhouette scrolled by the accumulated curve heading.
@@ -203,7 +203,9 @@ class RoadWorld:
                 self._draw_sprite(img, kind, cx, base, size * 1.6, fog, haze)
 
     @staticmethod
-    def _draw_sprite(img: np.ndarray, kind: int, cx: float, base: float, h: float, fog: float, haze: np.ndarray) -> None:
+    def _draw_sprite(
+        img: np.ndarray, kind: int, cx: float, base: float, h: float, fog: float, haze: np.ndarray
+    ) -> None:
         H, W = img.shape[:2]
         if h < 0.8 or cx + h < 0 or cx - h > W:
             return
@@ -262,9 +264,7 @@ class RoadWorld:
             region[m] = np.float32(col)
 
 
-def render_episode(
-    seed: int, actions: np.ndarray | list[int], height: int = 128, width: int = 128
-) -> np.ndarray:
+def render_episode(seed: int, actions: np.ndarray | list[int], height: int = 128, width: int = 128) -> np.ndarray:
     """Render frame 0 and then one frame after each of `actions[1:]` (uint8 [T, H, W, 3]).
 
     Frame t shows the world after actions[1..t] were applied; actions[0] has no effect (there is no
