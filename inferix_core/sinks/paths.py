@@ -1,0 +1,77 @@
+"""Output file naming: numbered names that never collide, and publishing a finished temp file.
+
+Sinks write to ``<name>.partial<ext>`` and move it to its final name at close. Nothing here ever
+overwrites an existing file: a name taken in the meantime moves the output to the next free number.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+PARTIAL_TAG = ".partial"
+NUMBER_DIGITS = 5  # name_00001.mp4, as ComfyUI's SaveImage counter
+
+
+def partial_path(path: Path) -> Path:
+    """``out/clip_00001.mp4`` → ``out/clip_00001.partial.mp4`` (the extension stays, so players open it)."""
+    return path.with_name(path.stem + PARTIAL_TAG + path.suffix)
+
+
+def unique_path(directory: str | os.PathLike[str], prefix: str, ext: str) -> Path:
+    """Return ``directory/prefix_NNNNN.ext`` with a number above every existing one (finished or partial).
+
+    The directory is created. Numbering continues after the highest number present rather than filling
+    gaps, so the newest output always sorts last.
+    """
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    ext = ext.lstrip(".")
+    suffix = f".{ext}" if ext else ""
+    pattern = re.compile(rf"^{re.escape(prefix)}_(\d+)(?:{re.escape(PARTIAL_TAG)})?{re.escape(suffix)}$")
+    highest = 0
+    for entry in os.listdir(folder):
+        match = pattern.match(entry)
+        if match:
+            highest = max(highest, int(match.group(1)))
+    return folder / f"{prefix}_{highest + 1:0{NUMBER_DIGITS}d}{suffix}"
+
+
+def _next_free(path: Path) -> Path:
+    """``clip.mp4`` → ``clip_00001.mp4`` (or the next free number) when ``clip.mp4`` is taken."""
+    match = re.match(rf"^(.*)_(\d{{{NUMBER_DIGITS}}})$", path.stem)
+    prefix = match.group(1) if match else path.stem
+    return unique_path(path.parent, prefix, path.suffix)
+
+
+def publish(temp: Path, final: Path) -> Path:
+    """Move ``temp`` to ``final`` without ever replacing a file; returns the name actually used.
+
+    ``os.link`` fails when the target exists, which makes the check and the move one atomic step; on
+    file systems without hard links we fall back to check-then-rename.
+    """
+    target = final
+    for _ in range(1000):
+        try:
+            os.link(temp, target)
+        except FileExistsError:
+            target = _next_free(final)
+            continue
+        except OSError:  # no hard links (some network / FAT file systems)
+            if target.exists():
+                target = _next_free(final)
+                continue
+            os.rename(temp, target)
+            break
+        os.unlink(temp)
+        break
+    else:  # pragma: no cover - a thousand concurrent writers of the same name
+        logger.error("could not find a free name for %s; the output stays at %s", final, temp)
+        return temp
+    if target != final:
+        logger.warning("%s appeared while writing; saved as %s instead (never overwriting)", final, target)
+    return target
