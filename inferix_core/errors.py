@@ -48,5 +48,8 @@ class MissingFileError(InferixError, FileNotFoundError):
     """A model or data file the user must supply is missing."""
 
 
-class InterruptedError_(InferixError):
+class GenerationInterruptedError(InferixError):
     """Generation was stopped by the user (ComfyUI interrupt, Ctrl-C, session stop)."""
+
+
+InterruptedError_ = GenerationInterruptedError  # short alias used by the workflow executor

@@ -1,0 +1,181 @@
+"""RingKVCache: resident K/V for a sliding window with sink frames, as a ring (no shifting copies).
+
+Slot layout of one layer's buffer, in whole latent frames (each frame = `frame_tokens` tokens)::
+
+    slot:   0 .. S-1          | S .. S+R-1
+            sink frames       | ring of the R = window − S most recent non-sink frames
+    frame f  ->  slot f                     if f < S
+             ->  slot S + (f − S) mod R     otherwise
+
+Writing block frames [a, b) overwrites the ring slots of frames a−R .. b−R−1, which is exactly the
+eviction of the reference (Self-Forcing causal_model.py, CausalWanSelfAttention.forward), which instead
+shifts the whole buffer left with a copy. Attention is order-free over keys (RoPE is applied to keys
+before they are stored), so reading slots in ring order gives the same result.
+
+With window = −1 (global attention) the ring never wraps: slot = frame, and the buffer is sized for
+the run's known length (grown, with a log line, if a stream runs longer).
+
+All indices are host-side Python ints: no `.item()` and no device→host sync anywhere in a step.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import ConfigError
+from .spec import KVCacheConfig, KVCacheSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One contiguous copy: new tokens [src, src+length) -> buffer tokens [dst, dst+length)."""
+
+    dst: int
+    src: int
+    length: int
+
+
+class LayerKV:
+    """Per-layer view handed to an attention layer for one transformer call."""
+
+    __slots__ = ("_cache", "index")
+
+    def __init__(self, cache: RingKVCache, index: int):
+        self._cache = cache
+        self.index = index
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store this call's K/V (B, n, H, D) and return every valid cached K/V (B, L_valid, H, D)."""
+        return self._cache.write_and_read(self.index, k, v)
+
+
+class RingKVCache:
+    """Resident ring cache; see the module docstring for the slot layout."""
+
+    def __init__(self, config: KVCacheConfig, spec: KVCacheSpec):
+        config.check_block(spec.block_frames)
+        self.config = config
+        self.spec = spec
+        self.sink_frames = 0 if config.is_global else config.sink_frames
+        if config.is_global:
+            self.capacity_frames = spec.max_frames or 8 * spec.block_frames
+        else:
+            self.capacity_frames = config.window_frames
+        self.ring_frames = self.capacity_frames - self.sink_frames
+        tokens = self.capacity_frames * spec.frame_tokens
+        shape = (spec.batch_size, tokens, spec.num_heads, spec.head_dim)
+        self.k = [torch.empty(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.num_layers)]
+        self.v = [torch.empty(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.num_layers)]
+        self._views = [LayerKV(self, i) for i in range(spec.num_layers)]
+        self.end_frame = 0  # frames [0, end_frame) have been written at least once
+        self._runs: list[_Run] = []
+        self._valid_tokens = 0
+        self._num_tokens = 0
+        self.num_evictions = 0  # frames dropped from the window, counted once per frame
+        self.num_eviction_events = 0  # calls that dropped frames (the reference's eviction-branch count)
+        self.num_calls = 0
+
+    # -- bookkeeping (host only) -------------------------------------------------------------------
+    def slot_of(self, frame: int) -> int:
+        if self.config.is_global or frame < self.sink_frames:
+            return frame
+        return self.sink_frames + (frame - self.sink_frames) % self.ring_frames
+
+    def resident_frames(self) -> list[int]:
+        """Absolute frame indices currently stored, sink first then oldest to newest."""
+        sinks = list(range(min(self.sink_frames, self.end_frame)))
+        start = max(self.sink_frames, self.end_frame - self.ring_frames)
+        return sinks + list(range(start, self.end_frame))
+
+    def begin(self, start_frame: int, num_frames: int) -> None:
+        """Prepare slots for a transformer call over frames [start_frame, start_frame + num_frames)."""
+        end = start_frame + num_frames
+        if start_frame > self.end_frame:
+            raise ConfigError(
+                f"KV cache write at frame {start_frame} leaves a gap: frames up to {self.end_frame} are cached"
+            )
+        resident = set(self.resident_frames())
+        stale = [f for f in range(start_frame, min(end, self.end_frame)) if f not in resident]
+        if stale:
+            raise ConfigError(f"frames {stale[0]}..{stale[-1]} were already evicted from the window; cannot rewrite")
+        if self.config.is_global and end > self.capacity_frames:
+            self._grow(max(end, 2 * self.capacity_frames))
+        self.end_frame = max(self.end_frame, end)
+        evicted = len(resident - set(self.resident_frames()))
+        self.num_evictions += evicted
+        self.num_eviction_events += evicted > 0
+        ft = self.spec.frame_tokens
+        runs: list[_Run] = []
+        for i, f in enumerate(range(start_frame, end)):
+            dst = self.slot_of(f) * ft
+            if runs and runs[-1].dst + runs[-1].length == dst:
+                last = runs[-1]
+                runs[-1] = _Run(last.dst, last.src, last.length + ft)
+            else:
+                runs.append(_Run(dst, i * ft, ft))
+        self._runs = runs
+        self._num_tokens = num_frames * ft
+        self._valid_tokens = min(self.end_frame, self.capacity_frames) * ft
+        self.num_calls += 1
+
+    # -- tensor work -------------------------------------------------------------------------------
+    def write_and_read(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if k.shape[1] != self._num_tokens:
+            raise ConfigError(f"KV cache expected {self._num_tokens} new tokens (from begin()), got {k.shape[1]}")
+        kb, vb = self.k[layer], self.v[layer]
+        for run in self._runs:
+            kb[:, run.dst : run.dst + run.length] = k[:, run.src : run.src + run.length]
+            vb[:, run.dst : run.dst + run.length] = v[:, run.src : run.src + run.length]
+        n = self._valid_tokens
+        return kb[:, :n], vb[:, :n]
+
+    def layer(self, index: int) -> LayerKV:
+        return self._views[index]
+
+    def logical_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of `layer` in sink-then-chronological frame order (the reference's buffer order)."""
+        ft = self.spec.frame_tokens
+        idx = [self.slot_of(f) for f in self.resident_frames()]
+        k = torch.cat([self.k[layer][:, s * ft : (s + 1) * ft] for s in idx], dim=1)
+        v = torch.cat([self.v[layer][:, s * ft : (s + 1) * ft] for s in idx], dim=1)
+        return k, v
+
+    def _grow(self, frames: int) -> None:
+        log.info("global KV cache grows from %d to %d frames", self.capacity_frames, frames)
+        extra = (frames - self.capacity_frames) * self.spec.frame_tokens
+        self.k = [torch.cat([b, b.new_empty(b.shape[0], extra, *b.shape[2:])], dim=1) for b in self.k]
+        self.v = [torch.cat([b, b.new_empty(b.shape[0], extra, *b.shape[2:])], dim=1) for b in self.v]
+        self.capacity_frames = frames
+        self.ring_frames = frames
+
+    def reset(self) -> None:
+        """Forget every frame (buffers are kept and overwritten)."""
+        self.end_frame = 0
+        self._runs = []
+        self._valid_tokens = 0
+        self.num_evictions = 0
+        self.num_eviction_events = 0
+        self.num_calls = 0
+
+    @property
+    def attended_tokens(self) -> int:
+        """Tokens the last call attended to (the reference's local_end)."""
+        return self._valid_tokens
+
+    def stats(self) -> dict:
+        elem = self.k[0].element_size() if self.k else 0
+        resident = sum(b.numel() for b in self.k + self.v) * elem
+        return {
+            "kind": "ring",
+            "capacity_frames": self.capacity_frames,
+            "resident_frames": len(self.resident_frames()),
+            "frames_written": self.end_frame,
+            "evicted_frames": self.num_evictions,
+            "resident_bytes": resident,
+            "offloaded_bytes": 0,
+        }

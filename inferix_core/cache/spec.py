@@ -1,0 +1,81 @@
+"""What a KV cache must hold (KVCacheSpec, from the model and the run) and how (KVCacheConfig, from the user)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import ConfigError
+
+OFFLOAD_MODES = ("off", "auto", "always")
+QUANTIZATIONS = ("none", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class KVCacheConfig:
+    """User-facing cache settings (also the output of the InferixKVCacheConfig node).
+
+    window_frames: latent frames a block attends to, its own included; -1 = every earlier frame.
+    sink_frames: the first frames of the stream, kept forever once the window slides (attention sink).
+    page_frames: frames per page for the paged store; 0 = one page per block.
+    offload: keep cold pages in pinned CPU memory ("auto" when over gpu_budget_bytes).
+    quantization: store K/V as int8 or int4 (KIVI-style), keeping a full-precision recent window.
+    """
+
+    window_frames: int = -1
+    sink_frames: int = 0
+    page_frames: int = 0
+    offload: str = "off"
+    gpu_budget_bytes: int | None = None
+    quantization: str = "none"
+    residual_frames: int = 3  # full-precision recent frames kept beside quantized pages
+
+    def __post_init__(self) -> None:
+        if self.window_frames != -1 and self.window_frames < 1:
+            raise ConfigError(f"window_frames must be -1 (global) or >= 1, got {self.window_frames}")
+        if self.sink_frames < 0:
+            raise ConfigError(f"sink_frames must be >= 0, got {self.sink_frames}")
+        if self.window_frames != -1 and self.sink_frames >= self.window_frames:
+            raise ConfigError(
+                f"sink_frames ({self.sink_frames}) must be smaller than window_frames ({self.window_frames})"
+            )
+        if self.offload not in OFFLOAD_MODES:
+            raise ConfigError(f"offload must be one of {OFFLOAD_MODES}, got '{self.offload}'")
+        if self.quantization not in QUANTIZATIONS:
+            raise ConfigError(f"quantization must be one of {QUANTIZATIONS}, got '{self.quantization}'")
+        if self.page_frames < 0:
+            raise ConfigError(f"page_frames must be >= 0, got {self.page_frames}")
+
+    @property
+    def is_global(self) -> bool:
+        return self.window_frames == -1
+
+    def check_block(self, block_frames: int) -> None:
+        """A block must fit in the window beside the sink frames (the reference silently corrupts otherwise)."""
+        if not self.is_global and self.window_frames < self.sink_frames + block_frames:
+            raise ConfigError(
+                f"window_frames={self.window_frames} cannot hold sink_frames={self.sink_frames} plus a block of "
+                f"{block_frames} frames; raise window_frames to at least {self.sink_frames + block_frames}"
+            )
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """Shape facts of one run's cache: from the model config and the latent geometry."""
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    frame_tokens: int  # tokens per latent frame
+    block_frames: int
+    batch_size: int = 1
+    dtype: torch.dtype = torch.float32
+    device: torch.device | str = "cpu"
+    max_frames: int | None = None  # total frames of the run when known (sizes the global cache)
+
+    @property
+    def bytes_per_frame(self) -> int:
+        """K and V bytes of one latent frame over all layers."""
+        elem = torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.batch_size * self.frame_tokens * self.num_heads * self.head_dim * elem

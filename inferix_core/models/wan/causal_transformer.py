@@ -1,0 +1,210 @@
+"""CausalWanTransformer: the Wan 2.1 DiT run block by block against a KV cache.
+
+Weight-compatible with Wan 2.1 T2V and its causal descendants (Self-Forcing, CausVid, LongLive): the
+parameter names are the original Wan names. The forward computes one chunk of latent frames; past
+frames are seen only through the KV cache (`inferix_core.cache`), or, with no cache, through an
+explicit attention mask over the chunk (full-sequence training and the cache-equivalence tests).
+Semantics follow the reference step by step (see tests/fixtures/README.md §1.3–1.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ...attention import get_attention_backend
+from .config import WanConfig
+from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoidal_embedding
+
+
+@dataclass
+class CrossAttentionCache:
+    """Per-layer text K/V for one prompt, computed once and reused by every call (prompt → K/V)."""
+
+    keys: list[torch.Tensor]  # per layer (B, L_text, H, D)
+    values: list[torch.Tensor]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: WanConfig):
+        super().__init__()
+        d = config.dim
+        self.num_heads, self.head_dim = config.num_heads, config.head_dim
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.norm_q = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
+        self.norm_k = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
+        self.attend = get_attention_backend("sdpa").attend
+
+    def forward(self, x, freqs, kv=None, mask=None):
+        b, s, _ = x.shape
+        q = self.norm_q(self.q(x)).view(b, s, self.num_heads, self.head_dim)  # (B, L, H, D)
+        k = self.norm_k(self.k(x)).view(b, s, self.num_heads, self.head_dim)
+        v = self.v(x).view(b, s, self.num_heads, self.head_dim)
+        q = apply_rope(q, freqs).type_as(v)
+        k = apply_rope(k, freqs).type_as(v)
+        if kv is not None:
+            k, v = kv.update(k, v)  # every valid cached token, this chunk's included
+        out = self.attend(q, k, v, mask)  # (B, L, H, D)
+        return self.o(out.flatten(2))
+
+
+class CrossAttention(nn.Module):
+    def __init__(self, config: WanConfig):
+        super().__init__()
+        d = config.dim
+        self.num_heads, self.head_dim = config.num_heads, config.head_dim
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.norm_q = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
+        self.norm_k = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
+        self.attend = get_attention_backend("sdpa").attend
+
+    def context_kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = context.shape[0]
+        k = self.norm_k(self.k(context)).view(b, -1, self.num_heads, self.head_dim)
+        v = self.v(context).view(b, -1, self.num_heads, self.head_dim)
+        return k, v
+
+    def forward(self, x, k, v):
+        b = x.shape[0]
+        q = self.norm_q(self.q(x)).view(b, -1, self.num_heads, self.head_dim)
+        return self.o(self.attend(q, k, v).flatten(2))
+
+
+class AttentionBlock(nn.Module):
+    def __init__(self, config: WanConfig):
+        super().__init__()
+        d = config.dim
+        self.norm1 = LayerNorm(d, config.eps, elementwise_affine=False)
+        self.self_attn = SelfAttention(config)
+        self.norm3 = LayerNorm(d, config.eps, elementwise_affine=True) if config.cross_attn_norm else nn.Identity()
+        self.cross_attn = CrossAttention(config)
+        self.norm2 = LayerNorm(d, config.eps, elementwise_affine=False)
+        self.ffn = nn.Sequential(nn.Linear(d, config.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(config.ffn_dim, d))
+        self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)
+
+    def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None):
+        # x: (B, F*HW, C); e0: (B, F, 6, C) -> six (B, F, 1, C) rows, one per frame
+        e = (self.modulation.unsqueeze(1) + e0).chunk(6, dim=2)
+
+        def per_frame(t):  # (B, F*HW, C) -> (B, F, HW, C)
+            return t.unflatten(1, (num_frames, -1))
+
+        y = self.self_attn((per_frame(self.norm1(x)) * (1 + e[1]) + e[0]).flatten(1, 2), freqs, kv, mask)
+        x = x + (per_frame(y) * e[2]).flatten(1, 2)
+        x = x + self.cross_attn(self.norm3(x), ctx_k, ctx_v)
+        y = self.ffn((per_frame(self.norm2(x)) * (1 + e[4]) + e[3]).flatten(1, 2))
+        return x + (per_frame(y) * e[5]).flatten(1, 2)
+
+
+class Head(nn.Module):
+    def __init__(self, config: WanConfig):
+        super().__init__()
+        d = config.dim
+        out = config.out_dim * config.patch_size[0] * config.patch_size[1] * config.patch_size[2]
+        self.norm = LayerNorm(d, config.eps, elementwise_affine=False)
+        self.head = nn.Linear(d, out)
+        self.modulation = nn.Parameter(torch.randn(1, 2, d) / d**0.5)
+
+    def forward(self, x, e, num_frames):
+        # x: (B, F*HW, C); e: (B, F, 1, C), the time embedding (not the 6-way projection)
+        shift, scale = (self.modulation.unsqueeze(1) + e).chunk(2, dim=2)
+        return self.head(self.norm(x).unflatten(1, (num_frames, -1)) * (1 + scale) + shift)  # (B, F, HW, out)
+
+
+class CausalWanTransformer(nn.Module):
+    """Wan 2.1 transformer computing one chunk of frames at a time against a KV cache."""
+
+    def __init__(self, config: WanConfig):
+        super().__init__()
+        self.config = config
+        d = config.dim
+        # 1. patch + text + time (+ action) embeddings
+        self.patch_embedding = nn.Conv3d(config.in_dim, d, kernel_size=config.patch_size, stride=config.patch_size)
+        self.text_embedding = nn.Sequential(nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
+        self.time_embedding = nn.Sequential(nn.Linear(config.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
+        if config.action_dim:
+            self.action_embedding = nn.Sequential(nn.Linear(config.action_dim, d), nn.SiLU(), nn.Linear(d, d))
+        # 2. transformer blocks
+        self.blocks = nn.ModuleList(AttentionBlock(config) for _ in range(config.num_layers))
+        # 3. output head
+        self.head = Head(config)
+        self.rope = RotaryEmbedding3D(config.head_dim)
+
+    # -- text ----------------------------------------------------------------------------------------
+    def embed_text(self, context: torch.Tensor) -> torch.Tensor:
+        """(B, L, text_dim) -> (B, text_len, dim); shorter contexts are zero-padded to text_len."""
+        if context.shape[1] < self.config.text_len:
+            pad = context.new_zeros(context.shape[0], self.config.text_len - context.shape[1], context.shape[2])
+            context = torch.cat([context, pad], dim=1)
+        return self.text_embedding(context)
+
+    def prepare_context(self, context: torch.Tensor) -> CrossAttentionCache:
+        """Compute every layer's cross-attention K/V for a prompt embedding once."""
+        ctx = self.embed_text(context.to(self.patch_embedding.weight.dtype))
+        kvs = [block.cross_attn.context_kv(ctx) for block in self.blocks]
+        return CrossAttentionCache([k for k, _ in kvs], [v for _, v in kvs])
+
+    # -- forward -------------------------------------------------------------------------------------
+    def forward(
+        self,
+        x: torch.Tensor,
+        timestep: torch.Tensor,
+        context: torch.Tensor | CrossAttentionCache,
+        kv_cache=None,
+        start_frame: int = 0,
+        action: torch.Tensor | None = None,
+        frame_positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Flow prediction for a chunk.
+
+        Args:
+            x: (B, C_in, F, H, W) latents.
+            timestep: (B, F) per-frame timesteps (float).
+            context: text embedding (B, L, text_dim) or a prepared CrossAttentionCache.
+            kv_cache: cache whose `begin(start_frame, F)` the caller has run, or None (attend within x).
+            start_frame: absolute index of the chunk's first latent frame (RoPE temporal position).
+            action: (B, F, action_dim) for action-conditioned models.
+            frame_positions: (F,) explicit temporal positions (teacher forcing); default start_frame + arange(F).
+            attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None.
+        Returns:
+            (B, C_out, F, H, W) flow (noise − x0).
+        """
+        cfg = self.config
+        b, _, num_frames, _height, _width = x.shape
+        pt, ph, pw = cfg.patch_size
+        if isinstance(context, torch.Tensor):
+            context = self.prepare_context(context)
+        # 1. patchify: (B, C, F, H, W) -> (B, F*h*w, dim) in (f, h, w) order
+        x = self.patch_embedding(x.to(self.patch_embedding.weight.dtype))
+        grid = x.shape[2:]  # (f, h, w)
+        x = x.flatten(2).transpose(1, 2)
+        # 2. time (+ action) embedding, one row per frame
+        e = self.time_embedding(sinusoidal_embedding(cfg.freq_dim, timestep.flatten()).type_as(x))  # (B*F, dim)
+        if action is not None:
+            if not cfg.action_dim:
+                raise ValueError("this model has no action input; pass action=None")
+            e = e + self.action_embedding(action.reshape(b * num_frames, -1).type_as(x))
+        e0 = self.time_projection(e).unflatten(1, (6, cfg.dim)).unflatten(0, timestep.shape)  # (B, F, 6, dim)
+        # 3. RoPE rotations for this chunk's absolute positions
+        if frame_positions is None:
+            frame_positions = torch.arange(start_frame, start_frame + grid[0])
+        freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
+        # 4. blocks
+        for i, block in enumerate(self.blocks):
+            kv = kv_cache.layer(i) if kv_cache is not None else None
+            x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask)
+        # 5. head + unpatchify: feature j = ((p*ph + q)*pw + r)*C_out + c lands at (c, f*pt+p, h*ph+q, w*pw+r)
+        out = self.head(x, e.unflatten(0, timestep.shape).unsqueeze(2), grid[0])  # (B, F, hw, out)
+        out = out.view(b, *grid, pt, ph, pw, cfg.out_dim)
+        out = torch.einsum("bfhwpqrc->bcfphqwr", out)
+        return out.reshape(b, cfg.out_dim, grid[0] * pt, grid[1] * ph, grid[2] * pw)
+
+
+def block_causal_mask(num_frames: int, frame_tokens: int, block_frames: int, device=None) -> torch.Tensor:
+    """Boolean (L, L) mask: a token attends to every token of its own block and of earlier blocks."""
+    block_of_token = torch.arange(num_frames * frame_tokens, device=device) // (frame_tokens * block_frames)
+    return block_of_token.unsqueeze(1) >= block_of_token.unsqueeze(0)

@@ -1,0 +1,246 @@
+"""The block-diffusion loop: denoise a block of latent frames in a few steps, then write it to the cache.
+
+For each block of `block_frames` latent frames (Self-Forcing pipeline/causal_inference.py, in words in
+tests/fixtures/README.md §1.5):
+  1. x ← noise for the block;
+  2. for each timestep t_s: flow = model(x, t_s), x0 = x − σ(t_s)·flow (float64),
+     and unless last, x ← (1 − σ')·x0 + σ'·n with fresh noise n and σ' = σ(t_{s+1});
+  3. the block's output is the last x0;
+  4. context pass: model(x0, t = context_noise) overwrites the block's K/V with clean-context values.
+The loop yields each clean block as soon as it exists, so decoding and streaming can start at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
+from ..errors import ConfigError, ShapeMismatchError
+from ..scheduler import FlowMatchScheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How a family samples: few-step list, warping, shift, block size (defaults: Self-Forcing)."""
+
+    denoising_steps: tuple[int, ...] = (1000, 750, 500, 250)
+    warp_denoising_steps: bool = True
+    shift: float = 5.0
+    num_train_timesteps: int = 1000
+    block_frames: int = 3  # latent frames per block
+    context_noise: int = 0  # timestep of the clean context pass (no noise is added, as in the reference)
+    independent_first_frame: bool = False  # a separate 1-frame first block (image-conditioned models)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
+        if not self.denoising_steps:
+            raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
+        if self.block_frames < 1:
+            raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
+
+
+class SeededNoise:
+    """Gaussian noise from one torch.Generator, in the reference's draw order.
+
+    The reference draws the whole initial noise first, then one tensor per re-noise step. With
+    `total_shape` given (a finite run) we do the same, so a seed reproduces the reference bitwise on CPU.
+    Without it (an open-ended stream) each block's initial noise is drawn when the block starts.
+    Noise is drawn on `device` ("cpu" by default, so CPU and GPU runs see the same numbers).
+    """
+
+    def __init__(self, seed: int, device: str | torch.device = "cpu", total_shape: tuple[int, ...] | None = None):
+        self.generator = torch.Generator(device=device).manual_seed(int(seed))
+        self.device = device
+        self._upfront = torch.randn(total_shape, generator=self.generator, device=device) if total_shape else None
+
+    def initial(self, start_frame: int, shape: tuple[int, ...]) -> torch.Tensor:
+        if self._upfront is not None:
+            return self._upfront[:, start_frame : start_frame + shape[1]]
+        return torch.randn(shape, generator=self.generator, device=self.device)
+
+    def step(self, block: int, step: int, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.randn(shape, generator=self.generator, device=self.device)
+
+
+@dataclass
+class GenerationRequest:
+    """One generation. Latent tensors are (B, F, C, H, W)."""
+
+    num_blocks: int
+    latent_height: int
+    latent_width: int
+    context: torch.Tensor  # (B, L, text_dim) prompt embedding
+    seed: int = 0
+    batch_size: int = 1
+    noise: SeededNoise | object | None = None  # anything with initial() and step(); default SeededNoise(seed)
+    actions: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None  # (B, F, A) or fn(start, n)
+    prompt_schedule: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (block index, context)
+    initial_latents: torch.Tensor | None = None  # clean frames to continue from (B, F0, C, H, W)
+
+
+@dataclass
+class BlockOutput:
+    index: int
+    start_frame: int
+    latents: torch.Tensor  # (B, n, C, H, W) clean x0 of the block
+    seconds: float  # wall time of this block's model calls
+    is_initial: bool = False  # an initial (given) block, not generated
+
+
+class PipelineHooks:
+    """Callbacks of the loop; subclass and override what you need (profiler, progress, previews)."""
+
+    def on_block_start(self, index: int, start_frame: int) -> None: ...
+
+    def on_step(self, index: int, step: int, x0: torch.Tensor) -> None: ...
+
+    def on_context_pass(self, index: int) -> None: ...
+
+    def on_block_end(self, output: BlockOutput) -> None: ...
+
+    def check_interrupt(self) -> None:
+        """Raise InterruptedError_ to stop between steps."""
+
+
+class BlockDiffusionPipeline:
+    """Runs a causal transformer block by block against a KV cache."""
+
+    def __init__(self, model, sampling: SamplingConfig, cache_config: KVCacheConfig | None = None):
+        self.model = model
+        self.sampling = sampling
+        self.cache_config = cache_config or KVCacheConfig()
+        self.cache_config.check_block(sampling.block_frames)
+        self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
+        self.timesteps = self.scheduler.timesteps_for(sampling.denoising_steps, sampling.warp_denoising_steps)
+        self.sigmas = [float(s) for s in self.scheduler.sigma_at(self.timesteps)]
+        self.kv_cache = None  # the last run's cache (for inspection and tests)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def _check(self, req: GenerationRequest) -> None:
+        cfg = self.model.config
+        cfg.frame_tokens(req.latent_height, req.latent_width)  # raises if not divisible by the patch
+        if req.num_blocks < 1:
+            raise ConfigError(f"num_blocks must be >= 1, got {req.num_blocks}")
+        if req.context.dim() != 3 or req.context.shape[-1] != cfg.text_dim:
+            raise ShapeMismatchError(
+                f"prompt embedding has shape {tuple(req.context.shape)}; expected (B, L, {cfg.text_dim})"
+            )
+        if req.actions is not None and not cfg.action_dim:
+            raise ConfigError("actions were given but this model has no action input")
+
+    def generate(self, request: GenerationRequest, hooks: PipelineHooks | None = None) -> torch.Tensor:
+        """Run every block and return the latents (B, F, C, H, W)."""
+        return torch.cat([out.latents for out in self.stream(request, hooks)], dim=1)
+
+    @torch.no_grad()
+    def stream(self, request: GenerationRequest, hooks: PipelineHooks | None = None) -> Iterator[BlockOutput]:
+        hooks = hooks or PipelineHooks()
+        self._check(request)
+        cfg, n = self.model.config, self.sampling.block_frames
+        device, dtype = self.device, self.dtype
+        h, w, bsz = request.latent_height, request.latent_width, request.batch_size
+        num_initial = 0 if request.initial_latents is None else request.initial_latents.shape[1]
+        total_frames = num_initial + request.num_blocks * n
+        shape = (bsz, request.num_blocks * n, cfg.in_dim, h, w)
+
+        # 1. plan the cache
+        spec = KVCacheSpec(
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            head_dim=cfg.head_dim,
+            frame_tokens=cfg.frame_tokens(h, w),
+            block_frames=n,
+            batch_size=bsz,
+            dtype=dtype,
+            device=device,
+            max_frames=total_frames,
+        )
+        cache = create_kv_cache(self.cache_config, spec)
+        self.kv_cache = cache
+        noise = request.noise or SeededNoise(request.seed, total_shape=shape)
+
+        # 2. encode the prompt once (cross-attention K/V per layer)
+        schedule = dict(request.prompt_schedule)
+        text = self.model.prepare_context(request.context.to(device))
+
+        def call(x: torch.Tensor, t: float, start: int, nf: int) -> torch.Tensor:
+            cache.begin(start, nf)
+            timestep = torch.full((bsz, nf), t, dtype=torch.float32, device=device)
+            action = self._actions(request, start, nf)
+            flow = self.model(x.permute(0, 2, 1, 3, 4).to(dtype), timestep, text, cache, start, action=action)
+            return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
+
+        # 3. initial (given) frames: context passes only, as the reference does for an initial latent
+        start = 0
+        for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
+            t0 = time.perf_counter()
+            latents = request.initial_latents[:, a:b].to(device)
+            call(latents, float(self.sampling.context_noise), a, b - a)
+            start = b
+            yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
+
+        # 4. generated blocks
+        for index in range(request.num_blocks):
+            t0 = time.perf_counter()
+            hooks.on_block_start(index, start)
+            if index in schedule:
+                text = self.model.prepare_context(schedule[index].to(device))
+            x = noise.initial(index * n, (bsz, n, cfg.in_dim, h, w)).to(device=device, dtype=torch.float32)
+            for s, t in enumerate(self.timesteps.tolist()):
+                hooks.check_interrupt()
+                flow = call(x, t, start, n)
+                x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
+                hooks.on_step(index, s, x0)
+                if s + 1 < len(self.sigmas):
+                    eps = noise.step(index, s + 1, (bsz, n, cfg.in_dim, h, w)).to(device)
+                    x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
+            # context pass: rewrite this block's K/V from the clean x0
+            hooks.on_context_pass(index)
+            call(x0, float(self.sampling.context_noise), start, n)
+            out = BlockOutput(index, start, x0, time.perf_counter() - t0)
+            hooks.on_block_end(out)
+            start += n
+            yield out
+
+    def _actions(self, request: GenerationRequest, start: int, num_frames: int) -> torch.Tensor | None:
+        if request.actions is None:
+            return None
+        if callable(request.actions):
+            act = request.actions(start, num_frames)
+        else:
+            act = request.actions[:, start : start + num_frames]
+        if act.shape[1] != num_frames:
+            raise ShapeMismatchError(
+                f"actions cover {act.shape[1]} frames at frame {start}; expected {num_frames}. "
+                "Give one action row per latent frame."
+            )
+        return act.to(self.device)
+
+
+def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:
+    """Frame ranges of the initial latents, split like generated blocks."""
+    if num_initial == 0:
+        return []
+    first = 1 if independent_first else 0
+    if (num_initial - first) % block_frames:
+        raise ConfigError(
+            f"initial latents have {num_initial} frames; expected {'1 + ' if first else ''}a multiple of {block_frames}"
+        )
+    ranges = [(0, 1)] if first else []
+    ranges += [(a, a + block_frames) for a in range(first, num_initial, block_frames)]
+    return ranges
+

@@ -1,0 +1,3 @@
+from .flow_match import FlowMatchScheduler
+
+__all__ = ["FlowMatchScheduler"]
