@@ -1,0 +1,15 @@
+"""Shared pytest setup: `cuda` tests skip without a GPU; tests run single-threaded-deterministic on CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
