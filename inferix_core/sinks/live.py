@@ -1,0 +1,363 @@
+"""Live view: a small local web server that plays the stream in a browser and collects user input.
+
+Video goes out as MJPEG (``multipart/x-mixed-replace``, an ``<img>`` plays it), per-block timings as
+Server-Sent Events, and input comes back as JSON POSTs into an ``InputQueue`` that the interactive session
+drains at block boundaries. Stdlib only (``http.server``); loopback by default. It does not decide what
+an input means: pausing, prompts and actions are the session's business.
+"""
+
+from __future__ import annotations
+
+import http.server
+import io
+import ipaddress
+import json
+import logging
+import socket
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+from PIL import Image
+
+from inferix_core.errors import ConfigError
+from inferix_core.sinks.base import FrameSink, to_uint8_frames
+
+logger = logging.getLogger(__name__)
+
+# Keys (lower-cased ``KeyboardEvent.key``) → named actions. The session maps names to model conditioning.
+DEFAULT_KEY_ACTIONS: dict[str, str] = {
+    "w": "forward", "arrowup": "forward", "s": "backward", "arrowdown": "backward",
+    "a": "left", "arrowleft": "left", "d": "right", "arrowright": "right",
+}  # fmt: skip
+EVENT_TYPES = ("prompt", "action", "pause", "resume", "stop")
+MAX_PROMPT_CHARS = 4000
+MAX_BODY_BYTES = 64 * 1024
+_POLL_S = 0.25  # how often streaming handlers look at the stop flag
+
+
+class InputQueue:
+    """Thread-safe, unbounded FIFO of validated input events; nothing is dropped and order is arrival order.
+
+    Each event gets a ``seq`` number (0, 1, …) so a consumer can check it saw them all.
+    """
+
+    def __init__(self, actions: set[str] | None = None):
+        self.actions = set(actions) if actions is not None else set(DEFAULT_KEY_ACTIONS.values())
+        self._events: deque[dict[str, Any]] = deque()
+        self._cond = threading.Condition()
+        self._next_seq = 0
+
+    def validate(self, raw: Any) -> dict[str, Any]:
+        """Return a clean copy of one event, or raise ``ConfigError`` saying what is wrong."""
+        if not isinstance(raw, Mapping) or raw.get("type") not in EVENT_TYPES:
+            found = raw.get("type") if isinstance(raw, Mapping) else type(raw).__name__
+            raise ConfigError(f"input event type {found!r} is not one of {list(EVENT_TYPES)}.")
+        event: dict[str, Any] = {"type": raw["type"]}
+        if event["type"] == "prompt":
+            text = raw.get("text")
+            if not isinstance(text, str) or not text.strip() or len(text) > MAX_PROMPT_CHARS:
+                raise ConfigError(
+                    f"a prompt event needs 'text', a non-empty string of at most {MAX_PROMPT_CHARS} chars."
+                )
+            event["text"] = text
+        elif event["type"] == "action":
+            if raw.get("name") not in self.actions:
+                raise ConfigError(f"action {raw.get('name')!r} is not one of {sorted(self.actions)}.")
+            event["name"] = raw["name"]
+        return event
+
+    def put(self, raw: Any) -> dict[str, Any]:
+        """Validate and append one event; returns it with its ``seq`` and arrival ``time_s``."""
+        return self.put_many([raw])[0]
+
+    def put_many(self, raws: list[Any]) -> list[dict[str, Any]]:
+        """Validate all, then append all under one lock (a rejected batch adds nothing)."""
+        events = [self.validate(raw) for raw in raws]
+        with self._cond:
+            for event in events:
+                event["seq"], event["time_s"] = self._next_seq, time.perf_counter()
+                self._next_seq += 1
+                self._events.append(event)
+            self._cond.notify_all()
+        return events
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Everything queued, oldest first (what the session calls at each block boundary)."""
+        with self._cond:
+            events = list(self._events)
+            self._events.clear()
+            return events
+
+    def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Oldest event, waiting up to ``timeout`` seconds; ``None`` on timeout (e.g. while paused)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._events, timeout):
+                return None
+            return self._events.popleft()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._events)
+
+
+class _Broadcast:
+    """Recent frames and stats with sequence numbers; readers wait on one condition."""
+
+    def __init__(self, buffer_frames: int, jpeg_quality: int):
+        self.cond = threading.Condition()
+        self.frames: deque[tuple[int, np.ndarray]] = deque(maxlen=buffer_frames)
+        self.next_frame = 0
+        self.stats: deque[tuple[int, str]] = deque(maxlen=256)
+        self.next_stat = 0
+        self.jpeg_quality = jpeg_quality
+        self._jpegs: OrderedDict[int, bytes] = OrderedDict()  # encode each frame once for all viewers
+        self._jpeg_lock = threading.Lock()
+
+    def jpeg(self, seq: int, frame: np.ndarray) -> bytes:
+        with self._jpeg_lock:
+            if seq in self._jpegs:
+                return self._jpegs[seq]
+        buffer = io.BytesIO()
+        Image.fromarray(frame).save(buffer, format="JPEG", quality=self.jpeg_quality)
+        with self._jpeg_lock:
+            self._jpegs[seq] = buffer.getvalue()
+            while len(self._jpegs) > 16:
+                self._jpegs.popitem(last=False)
+        return buffer.getvalue()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("live view: " + format, *args)
+
+    def _send_bytes(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json")
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        try:
+            if path in ("/", "/index.html"):
+                self._send_bytes(200, self.server.view.page().encode(), "text/html; charset=utf-8")
+            elif path == "/stream.mjpg":
+                self._stream_mjpeg()
+            elif path == "/events":
+                self._stream_events()
+            else:
+                self._send_json(404, {"error": f"no such path {path}"})
+        except (BrokenPipeError, ConnectionResetError):
+            logger.debug("live view client %s went away", self.client_address)
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path != "/input":
+            self._send_json(404, {"error": "POST input events to /input"})
+            return
+        # A JSON content type forces a CORS preflight, which we never grant, so other web pages open in the
+        # same browser cannot inject input; the Origin check covers the rest.
+        origin = self.headers.get("Origin")
+        if origin and urlsplit(origin).netloc != self.headers.get("Host"):
+            self._send_json(403, {"error": f"cross-origin input from {origin} refused"})
+            return
+        if self.headers.get_content_type() != "application/json":
+            self._send_json(415, {"error": "send input as Content-Type: application/json"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._send_json(413, {"error": f"body of {length} bytes exceeds {MAX_BODY_BYTES}"})
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+            events = self.server.view.inputs.put_many(body if isinstance(body, list) else [body])
+        except (ValueError, ConfigError) as error:  # json.JSONDecodeError is a ValueError
+            self._send_json(400, {"error": str(error)})
+            return
+        self._send_json(200, {"accepted": len(events), "seq": [e["seq"] for e in events]})
+
+    def _stream_mjpeg(self) -> None:
+        view, hub = self.server.view, self.server.view.hub
+        self.send_response(200)
+        self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        with hub.cond:
+            last = max(hub.next_frame - 2, -1)  # start with the newest frame already there
+        period = 1.0 / view.fps
+        due = time.perf_counter()
+        while not view.stopping.is_set():
+            with hub.cond:
+                hub.cond.wait_for(lambda last=last: hub.next_frame - 1 > last or view.stopping.is_set(), _POLL_S)
+                if hub.next_frame - 1 <= last:
+                    continue
+                oldest = hub.frames[0][0]
+                # A viewer more than a buffer behind skips ahead rather than lagging further.
+                seq = max(last + 1, oldest)
+                frame = hub.frames[seq - oldest][1]
+            jpeg = hub.jpeg(seq, frame)
+            header = f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n\r\n".encode()
+            self.wfile.write(header + jpeg + b"\r\n")
+            self.wfile.flush()
+            last = seq
+            due = max(due + period, time.perf_counter() - period)  # play blocks back at fps, not in bursts
+            time.sleep(max(0.0, due - time.perf_counter()))
+
+    def _stream_events(self) -> None:
+        view, hub = self.server.view, self.server.view.hub
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        with hub.cond:
+            last = hub.stats[0][0] - 1 if hub.stats else hub.next_stat - 1  # replay history for the chart
+        idle_s = 0.0
+        while not view.stopping.is_set():
+            with hub.cond:
+                hub.cond.wait_for(lambda last=last: hub.next_stat - 1 > last or view.stopping.is_set(), _POLL_S)
+                pending = [(s, text) for s, text in hub.stats if s > last]
+            if pending:
+                self.wfile.write(b"".join(f"data: {text}\n\n".encode() for _, text in pending))
+                last, idle_s = pending[-1][0], 0.0
+            else:
+                idle_s += _POLL_S
+                if idle_s >= 15:  # comment line keeps proxies and the browser from timing out
+                    self.wfile.write(b": keep-alive\n\n")
+                    idle_s = 0.0
+            self.wfile.flush()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True  # viewers never keep the process alive
+    view: LiveView
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class LiveView(FrameSink):
+    """Serve the stream at ``http://host:port/``; user input lands in ``self.inputs``.
+
+    Args:
+        host: bind address; loopback by default. Anything else exposes the view (and input) to the network.
+        port: TCP port; 0 picks a free one (read it back from ``.port`` / ``.url``).
+        fps: playback rate for viewers (frames per second).
+        jpeg_quality: 1-100.
+        key_actions: lower-cased ``KeyboardEvent.key`` → action name; defaults to WASD / arrows.
+        buffer_frames: frames kept for viewers that fall behind.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        fps: float = 16.0,
+        *,
+        jpeg_quality: int = 85,
+        key_actions: Mapping[str, str] | None = None,
+        buffer_frames: int = 64,
+    ):
+        if fps <= 0 or not 1 <= jpeg_quality <= 100 or buffer_frames < 1:
+            raise ConfigError(
+                f"LiveView needs fps > 0, jpeg_quality in [1, 100] and buffer_frames >= 1; "
+                f"got fps={fps}, jpeg_quality={jpeg_quality}, buffer_frames={buffer_frames}."
+            )
+        self.host, self.port, self.fps = host, port, float(fps)
+        self.key_actions = dict(DEFAULT_KEY_ACTIONS if key_actions is None else key_actions)
+        self.inputs = InputQueue(set(self.key_actions.values()))
+        self.hub = _Broadcast(buffer_frames, jpeg_quality)
+        self.stopping = threading.Event()
+        self.num_frames = 0
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._last_write_s: float | None = None
+        self._page: str | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def start(self) -> LiveView:
+        """Bind and serve in a daemon thread; returns self."""
+        if self._httpd is not None:
+            return self
+        try:
+            loopback = ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            loopback = self.host == "localhost"
+        if not loopback:
+            logger.warning("live view listens on %s: anyone who can reach it can watch and send input", self.host)
+        server_class = _Server6 if ":" in self.host else _Server
+        self._httpd = server_class((self.host, self.port), _Handler)
+        self._httpd.view = self
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="inferix-live-view", daemon=True)
+        self._thread.start()
+        self._last_write_s = time.perf_counter()
+        logger.info("live view at %s", self.url)
+        return self
+
+    def __enter__(self) -> LiveView:
+        return self.start()
+
+    def page(self) -> str:
+        """The self-contained HTML page with this view's key map and fps filled in."""
+        if self._page is None:
+            template = resources.files("inferix_core.sinks").joinpath("live.html").read_text(encoding="utf-8")
+            config = json.dumps({"key_actions": self.key_actions, "fps": self.fps})
+            self._page = template.replace("/*INFERIX_CONFIG*/{}", config)
+        return self._page
+
+    def write(self, frames: Any, block_index: int) -> None:
+        """Publish a block to viewers and post its timing (time since the previous block)."""
+        array = to_uint8_frames(frames)
+        now = time.perf_counter()
+        interval_s = now - self._last_write_s if self._last_write_s is not None else 0.0
+        self._last_write_s = now
+        with self.hub.cond:
+            for frame in array:
+                self.hub.frames.append((self.hub.next_frame, frame))
+                self.hub.next_frame += 1
+            self.hub.cond.notify_all()
+        self.num_frames += len(array)
+        self.post_stats(
+            {"type": "block", "block": block_index, "frames": len(array), "total_frames": self.num_frames,
+             "interval_s": interval_s, "fps": len(array) / interval_s if interval_s > 0 else None}
+        )  # fmt: skip
+
+    def post_stats(self, stats: Mapping[str, Any]) -> None:
+        """Send any JSON-able dict to the page (e.g. the profiler's per-block stage times)."""
+        text = json.dumps(dict(stats), default=float)
+        with self.hub.cond:
+            self.hub.stats.append((self.hub.next_stat, text))
+            self.hub.next_stat += 1
+            self.hub.cond.notify_all()
+
+    def close(self) -> None:
+        """Stop serving: streaming handlers notice within ``_POLL_S`` and the port is released."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stopping.set()
+        with self.hub.cond:
+            self.hub.cond.notify_all()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            assert self._thread is not None
+            self._thread.join(timeout=5)
+            logger.info("live view at %s stopped", self.url)
