@@ -331,3 +331,25 @@ def test_i2v_refused_unless_allowed(layout, state, tmp_path):
     got, cfg, _ = load_wan_checkpoint(tmp_path / "i2v.safetensors", num_heads=4, allow_i2v=True)
     assert cfg.model_type == "i2v" and cfg.has_image_input and cfg.in_dim == 36
     assert_same(got, sd)
+
+
+def test_integer_quantised_weights_refused(state, tmp_path):
+    sd = dict(state)
+    sd["blocks.0.ffn.0.weight"] = torch.randint(-127, 127, (128, 64), dtype=torch.int8)
+    save_wan_checkpoint(sd, tmp_path / "int8.safetensors")
+    with pytest.raises(CheckpointLayoutError, match=r"stores 'blocks\.0\.ffn\.0\.weight' as int8"):
+        load_wan_checkpoint(tmp_path / "int8.safetensors", num_heads=4)
+
+
+def test_plain_fp8_and_scale_on_wider_weight(state, tmp_path):
+    """fp8 without scales dequantises with scale 1; a scale beside a bf16 weight is still applied."""
+    sd = {k: v.to(torch.float8_e4m3fn) if k.endswith("ffn.0.weight") else v for k, v in state.items()}
+    sd["blocks.0.ffn.2.scale_weight"] = torch.tensor(0.5)
+    save_wan_checkpoint(sd, tmp_path / "fp8.safetensors")
+    got, _, info = load_wan_checkpoint(tmp_path / "fp8.safetensors", num_heads=4)
+    assert info.quantization == "fp8_scaled" and "scale_weight" not in " ".join(got)
+    assert torch.equal(got["blocks.1.ffn.0.weight"], sd["blocks.1.ffn.0.weight"].float())
+    assert torch.equal(got["blocks.0.ffn.2.weight"], state["blocks.0.ffn.2.weight"] * 0.5)
+    kept, _, _ = load_wan_checkpoint(tmp_path / "fp8.safetensors", num_heads=4, keep_fp8=True)
+    assert kept["blocks.1.ffn.0.weight"].dtype == torch.float8_e4m3fn
+    assert torch.equal(kept["blocks.1.ffn.0.scale_weight"], torch.tensor(1.0))

@@ -146,17 +146,21 @@ def _family_hints(config: WanConfig, path: Path, container: str | None) -> tuple
 
 def _convert(t: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, device: str | torch.device,
              keep_fp8: bool) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
-    """One stored tensor to the compute dtype: dequantise fp8 (weight.float() * scale) unless keep_fp8."""
-    if t.dtype in FP8_DTYPES:
+    """One stored tensor to the compute dtype: dequantise fp8 (weight.float() * scale) unless keep_fp8.
+
+    A scale beside a non-fp8 weight is applied too (as ComfyUI's scaled ops would), so it never gets lost.
+    """
+    if t.dtype in FP8_DTYPES and keep_fp8:
         scale = scale.float() if scale is not None else torch.ones((), dtype=torch.float32)
+        return t.to(device), scale.to(device)  # fp8 GEMM path: weight and scale travel together
+    if t.dtype in FP8_DTYPES or scale is not None:
+        if scale is None:
+            return t.to(torch.float32).to(device=device, dtype=dtype), None
+        scale = scale.float()
         if scale.numel() > 1:  # per-output-channel scales broadcast over the input dims
             scale = scale.reshape(-1, *([1] * (t.dim() - 1)))
-        if keep_fp8:
-            return t.to(device), scale.to(device)
         return (t.float() * scale).to(device=device, dtype=dtype), None
-    if t.is_floating_point():
-        return t.to(device=device, dtype=dtype), None
-    return t.to(device), None
+    return t.to(device=device, dtype=dtype), None
 
 
 def load_wan_checkpoint(
@@ -211,6 +215,11 @@ def load_wan_checkpoint(
     stored_dtypes: Counter[str] = Counter()
     for canonical, stored in plan.tensors.items():
         t = src.get(stored)
+        if not t.is_floating_point():
+            raise CheckpointLayoutError(
+                f"{name} stores '{stored}' as {str(t.dtype).removeprefix('torch.')}; only fp32/fp16/bf16 and "
+                "fp8 (optionally ComfyUI-scaled) weights are supported, not int8/4-bit/GGUF-style quantisation."
+            )
         stored_dtypes[str(t.dtype).removeprefix("torch.")] += 1
         scale = src.get(plan.scales[canonical]) if canonical in plan.scales else None
         state[canonical], kept_scale = _convert(t, scale, dtype, device, keep_fp8)
