@@ -7,14 +7,13 @@ plain string, so `--set 6.text=a red car` needs no quoting beyond the shell's.
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import WorkflowError
-from .schema import NodeSchema
+from .schema import NodeSchema, suggest_names
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +50,14 @@ def apply_overrides(workflow: Mapping[str, Mapping[str, Any]],
     for node_id, input_name, value in items:
         node_id = str(node_id)
         if node_id not in result:
-            close = difflib.get_close_matches(node_id, list(result), n=3)
+            close = suggest_names(node_id, list(result))
             hint = f"; did you mean {', '.join(close)}?" if close else f"; node ids are {', '.join(sorted(result))}"
             raise WorkflowError(f"--set targets node {node_id}, which is not in the workflow{hint}")
         node = result[node_id]
         schema = (schemas or {}).get(node["class_type"])
         if schema is not None and schema.input(input_name) is None:
             names = [s.name for s in schema.inputs if s.category != "hidden"]
-            close = difflib.get_close_matches(input_name, names, n=3)
+            close = suggest_names(input_name, names)
             hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"its inputs are {', '.join(names)}"
             raise WorkflowError(f"{node['class_type']} has no input '{input_name}'; {hint}",
                                 node_id=node_id, input_name=input_name)

@@ -155,3 +155,16 @@ def types_match(output_type: str, input_type: str) -> bool:
 def schemas_from_classes(node_classes: Mapping[str, Any]) -> dict[str, NodeSchema]:
     """NodeSchema for each entry of a NODE_CLASS_MAPPINGS-style dict (read lazily would hide errors late)."""
     return {name: NodeSchema.from_class(name, c) for name, c in node_classes.items()}
+
+
+def suggest_names(word: str, options: list[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """Close matches for a misspelt name, best first; near-ties only, so a shared prefix adds no noise."""
+    import difflib
+
+    scored = sorted(((difflib.SequenceMatcher(None, word.lower(), o.lower()).ratio(), o) for o in options),
+                    reverse=True)
+    scored = [(s, o) for s, o in scored if s >= cutoff]
+    if not scored:
+        return []
+    best = scored[0][0]
+    return [o for s, o in scored[:n] if s >= best - 0.08]

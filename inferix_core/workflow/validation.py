@@ -10,7 +10,6 @@ node's VALIDATE_INPUTS takes is left to that function instead of the min/max/cho
 from __future__ import annotations
 
 import copy
-import difflib
 import inspect
 import logging
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from typing import Any
 
 from ..errors import WorkflowError
 from .loader import Workflow, as_schemas
-from .schema import InputSpec, NodeSchema, types_match
+from .schema import InputSpec, NodeSchema, suggest_names, types_match
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def validate(workflow: Workflow, node_definitions: Mapping[str, Any]) -> Workflo
 
 def _unknown_type_message(class_type: str, node_definitions: Mapping[str, Any]) -> str:
     known = list(node_definitions)
-    close = difflib.get_close_matches(class_type, known, n=3, cutoff=0.6)
+    close = suggest_names(class_type, known)
     lower = {k.lower(): k for k in known}
     if class_type.lower() in lower and lower[class_type.lower()] not in close:
         close.insert(0, lower[class_type.lower()])
@@ -262,7 +261,7 @@ def check_range(value: Any, spec: InputSpec) -> str | None:
         if value in choices:
             return None
         shown = list(choices) if len(choices) <= 20 else f"{len(choices)} choices"
-        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=3)
+        close = suggest_names(str(value), [str(c) for c in choices])
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         return f"{value!r} is not one of {shown}{hint}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
