@@ -1,0 +1,232 @@
+"""Model families: which checkpoint runs with which sampling defaults, in one table.
+
+Causal Wan families share one architecture and differ in how they sample (steps, warping, shift,
+window, sink). Weights cannot tell them apart, so the family is picked by name (argument, file-name
+hint, or the bundled model's config) and defaults to Self-Forcing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from ..cache import KVCacheConfig
+from ..errors import ConfigError, MissingFileError
+from ..pipeline import SamplingConfig
+from .wan.causal_transformer import CausalWanTransformer
+from .wan.config import WanConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    description: str
+    sampling: SamplingConfig
+    cache: KVCacheConfig
+    fps: int = 16
+
+
+FAMILIES: dict[str, Family] = {
+    "self_forcing": Family(
+        "self_forcing",
+        "Self-Forcing (Wan 2.1 T2V 1.3B, 4 steps per 3-frame block, global attention)",
+        SamplingConfig((1000, 750, 500, 250), warp_denoising_steps=True, shift=5.0, block_frames=3),
+        KVCacheConfig(),
+    ),
+    "longlive": Family(
+        "longlive",
+        "LongLive (Self-Forcing lineage tuned for long streams: 12-frame window with a 3-frame sink)",
+        SamplingConfig((1000, 750, 500, 250), warp_denoising_steps=True, shift=5.0, block_frames=3),
+        KVCacheConfig(window_frames=12, sink_frames=3),
+    ),
+    "causvid": Family(
+        "causvid",
+        "CausVid (3-step DMD causal Wan; step list from the authors' DMD config, not warped)",
+        SamplingConfig((1000, 757, 522), warp_denoising_steps=False, shift=5.0, block_frames=3),
+        KVCacheConfig(),
+    ),
+    "bundled": Family(
+        "bundled",
+        "Inferix bundled toy world model (action-conditioned, CPU-sized)",
+        SamplingConfig(),
+        KVCacheConfig(),
+    ),
+}
+
+
+def list_families() -> list[str]:
+    return list(FAMILIES)
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise ConfigError(f"unknown model family '{name}'; expected one of {list_families()}")
+    return FAMILIES[name]
+
+
+@dataclass(frozen=True)
+class WorldModel:
+    """An immutable handle on everything one stream needs: transformer, decoders, text conditioning."""
+
+    family: str
+    config: WanConfig
+    sampling: SamplingConfig
+    default_cache: KVCacheConfig
+    transformer: CausalWanTransformer = field(repr=False)
+    vae: object | None = field(default=None, repr=False)
+    preview_decoder: object | None = field(default=None, repr=False)
+    text_encoder: object | None = field(default=None, repr=False)
+    default_context: torch.Tensor | None = field(default=None, repr=False)  # models without a text encoder
+    action_names: tuple[str, ...] = ()
+    fps: int = 16
+    source: str = ""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.transformer.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.transformer.parameters()).dtype
+
+    @property
+    def spatial_compression(self) -> int:
+        return getattr(getattr(self.vae, "config", None), "spatial_compression", 8)
+
+    @property
+    def temporal_compression(self) -> int:
+        return getattr(getattr(self.vae, "config", None), "temporal_compression", 4)
+
+    def describe(self) -> str:
+        c = self.config
+        lines = [
+            f"family: {self.family} ({get_family(self.family).description})",
+            f"source: {self.source}",
+            f"transformer: {c.num_layers} layers, dim {c.dim}, {c.num_heads} heads × {c.head_dim}, ffn {c.ffn_dim}, "
+            f"{c.num_parameters() / 1e6:.1f}M params, {self.dtype} on {self.device}",
+            f"sampling: steps {list(self.sampling.denoising_steps)} (warped={self.sampling.warp_denoising_steps}), "
+            f"shift {self.sampling.shift}, {self.sampling.block_frames} latent frames per block",
+            f"cache default: window {self.default_cache.window_frames}, sink {self.default_cache.sink_frames}",
+            f"vae: {'yes' if self.vae is not None else 'none'}; text encoder: "
+            f"{'yes' if self.text_encoder is not None else 'none (fixed context)' if self.default_context is not None else 'none'}",
+        ]
+        if self.action_names:
+            lines.append(f"actions: {', '.join(self.action_names)}")
+        return "\n".join(lines)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was asked for but no CUDA GPU is available; use device='cpu'")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16}
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32  # the CPU path runs in fp32
+    if dtype not in table:
+        raise ConfigError(f"unknown dtype '{dtype}'; expected auto, fp32, bf16 or fp16")
+    return table[dtype]
+
+
+def load_world_model(
+    path: str = "bundled",
+    *,
+    family: str | None = None,
+    vae_path: str | None = None,
+    preview_decoder_path: str | None = None,
+    text_encoder_path: str | None = None,
+    dtype: str | torch.dtype = "auto",
+    device: str = "auto",
+    attention: str = "sdpa",
+    num_heads: int | None = None,
+) -> WorldModel:
+    """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if path == "bundled":
+        return _load_bundled(dev, dt, attention)
+    from .wan.checkpoint import load_wan_checkpoint
+
+    if not Path(path).exists():
+        raise MissingFileError(f"model file '{path}' does not exist; put it in ComfyUI's models/diffusion_models")
+    state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads)
+    fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
+    spec = get_family(fam)
+    transformer = _build_transformer(config, state, dev, dt, attention)
+    vae = _load_vae(vae_path, dev, dt) if vae_path else None
+    preview = _load_preview(preview_decoder_path, dev, dt) if preview_decoder_path else None
+    text = _load_text_encoder(text_encoder_path, dev) if text_encoder_path else None
+    return WorldModel(fam, config, spec.sampling, spec.cache, transformer, vae, preview, text,
+                      fps=spec.fps, source=f"{path} ({info.layout})")
+
+
+def _build_transformer(config: WanConfig, state: dict, device, dtype, attention: str) -> CausalWanTransformer:
+    with torch.device("meta"):
+        model = CausalWanTransformer(config)
+    model.load_state_dict(state, strict=True, assign=True)
+    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    set_attention_backend(model, attention)
+    return model
+
+
+def set_attention_backend(model: torch.nn.Module, name: str) -> None:
+    """Point every attention layer at the named backend (unknown names raise)."""
+    from ..attention import get_attention_backend
+
+    backend = get_attention_backend(name)
+    for module in model.modules():
+        if hasattr(module, "attend"):
+            module.attend = backend.attend
+
+
+def _load_vae(path: str, device, dtype):
+    from ..vae import WanVAE
+
+    return WanVAE.from_file(path, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
+
+
+def _load_preview(path: str, device, dtype):
+    from ..vae import taehv  # optional module
+
+    return taehv.load_preview_decoder(path, device=device, dtype=dtype)
+
+
+def _load_text_encoder(path: str, device):
+    from ..text import umt5
+
+    return umt5.load_text_encoder(path, device=device)
+
+
+def _load_bundled(device, dtype, attention: str) -> WorldModel:
+    try:
+        from ..assets import bundled_model_paths
+    except ImportError as exc:
+        raise MissingFileError("the bundled world model is not part of this installation") from exc
+    paths = bundled_model_paths()
+    meta = json.loads(Path(paths["config"]).read_text())
+    from safetensors.torch import load_file
+
+    state = load_file(paths["transformer"])
+    context = state.pop("bundled_context", None)
+    config = WanConfig.from_dict(meta["transformer"])
+    transformer = _build_transformer(config, state, device, dtype, attention)
+    vae = _load_vae(paths["vae"], device, dtype) if paths.get("vae") else None
+    sampling = replace(FAMILIES["bundled"].sampling, **meta.get("sampling", {}))
+    cache = replace(FAMILIES["bundled"].cache, **meta.get("cache", {}))
+    return WorldModel("bundled", config, sampling, cache, transformer, vae,
+                      default_context=None if context is None else context.to(device, dtype),
+                      action_names=tuple(meta.get("action_names", ())), fps=int(meta.get("fps", 16)),
+                      source="bundled (inferix_core/assets/bundled)")
