@@ -353,3 +353,11 @@ def test_plain_fp8_and_scale_on_wider_weight(state, tmp_path):
     kept, _, _ = load_wan_checkpoint(tmp_path / "fp8.safetensors", num_heads=4, keep_fp8=True)
     assert kept["blocks.1.ffn.0.weight"].dtype == torch.float8_e4m3fn
     assert torch.equal(kept["blocks.1.ffn.0.scale_weight"], torch.tensor(1.0))
+
+
+def test_unrelated_config_json_ignored(state, tmp_path, caplog):
+    save_wan_checkpoint(state, tmp_path / "m.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 12, "attention_head_dim": 128}))
+    with pytest.raises(ConfigError, match="pass num_heads"):
+        load_wan_checkpoint(tmp_path / "m.safetensors")
+    assert "describes dim=1536" in caplog.text

@@ -114,8 +114,12 @@ def _metadata_config(metadata: Mapping[str, str]) -> dict | None:
     return cfg if isinstance(cfg, dict) and "dim" in cfg else None
 
 
-def _num_heads_hint(path: Path, metadata: Mapping[str, str]) -> tuple[int | None, int | None, str]:
-    """(num_heads, text_len, where from) from the file's metadata or a config.json beside it."""
+def _num_heads_hint(path: Path, metadata: Mapping[str, str], dim: int) -> tuple[int | None, int | None, str]:
+    """(num_heads, text_len, where from) from the file's metadata or a config.json beside it.
+
+    A config.json is only trusted when it describes this transformer (its hidden size equals `dim`):
+    a models/ folder may hold one that belongs to another file.
+    """
     cfg = _metadata_config(metadata)
     if cfg is not None and "num_heads" in cfg:
         return int(cfg["num_heads"]), cfg.get("text_len"), "file metadata"
@@ -124,10 +128,14 @@ def _num_heads_hint(path: Path, metadata: Mapping[str, str]) -> tuple[int | None
         try:
             cfg = json.loads(beside.read_text())
         except ValueError as e:
-            raise CheckpointLayoutError(f"'{beside}' is not valid JSON: {e}") from None
-        heads = cfg.get("num_attention_heads", cfg.get("num_heads"))
+            logger.warning("ignoring '%s': not valid JSON (%s)", beside, e)
+            cfg = {}
+        heads = cfg.get("num_attention_heads", cfg.get("num_heads")) if isinstance(cfg, dict) else None
         if heads is not None:
-            return int(heads), cfg.get("text_len"), "config.json"
+            their_dim = cfg.get("dim") or int(heads) * int(cfg.get("attention_head_dim", dim // int(heads)))
+            if their_dim == dim:
+                return int(heads), cfg.get("text_len"), "config.json"
+            logger.warning("ignoring '%s': it describes dim=%s, the weights have dim=%d", beside, their_dim, dim)
     return None, None, "head_dim 128"
 
 
@@ -193,7 +201,9 @@ def load_wan_checkpoint(
     plan, layout = _plan_keys(src, name)
     shapes = {k: tuple(src.shape(s)) for k, s in plan.tensors.items()}
     # 2. config from shapes; heads and text length from the caller, the metadata or config.json
-    meta_heads, text_len, heads_from = _num_heads_hint(path, src.metadata)
+    if "patch_embedding.weight" not in shapes:  # e.g. a diffusers file with an unknown naming
+        raise CheckpointLayoutError(f"{name}: no tensor maps to 'patch_embedding.weight'. {EXPECTED_LAYOUTS_TEXT}")
+    meta_heads, text_len, heads_from = _num_heads_hint(path, src.metadata, shapes["patch_embedding.weight"][0])
     if num_heads is not None:
         if meta_heads is not None and meta_heads != num_heads:
             logger.warning("%s: num_heads=%d overrides %d from %s", path.name, num_heads, meta_heads, heads_from)
