@@ -1,0 +1,166 @@
+"""A fixed benchmark protocol for the engine: random-weight Wan, fixed geometry, warm-up, medians.
+
+Timings use CUDA events on GPU (synchronised once per repeat, after the run) and perf_counter on CPU.
+Diffusion FPS counts *pixel* frames: 21 latent frames decode to 1 + 4·20 = 81 frames, so 81 frames over
+the denoising time, the number the reference reports (Self-Forcing: 29.4 FPS on an H200, bf16, SDPA).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .cache import KVCacheConfig
+from .models.wan.causal_transformer import CausalWanTransformer
+from .models.wan.config import WanConfig
+from .pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+PRESETS = {
+    # Wan 2.1 T2V 1.3B at 480x832: latents 60x104, 1560 tokens per frame
+    "wan-1.3b": dict(config=WanConfig(), latent_height=60, latent_width=104),
+    # CPU smoke test: a few seconds on 2 cores
+    "tiny": dict(
+        config=WanConfig(dim=64, ffn_dim=128, freq_dim=32, text_dim=32, text_len=16, num_heads=4, num_layers=2),
+        latent_height=8,
+        latent_width=12,
+    ),
+}
+
+
+@dataclass
+class BenchConfig:
+    preset: str = "wan-1.3b"
+    latent_frames: int = 21  # 81 pixel frames
+    block_frames: int = 3
+    steps: tuple[int, ...] = (1000, 750, 500, 250)
+    dtype: str = "bf16"
+    device: str = "cuda"
+    warmup: int = 1
+    repeats: int = 3
+    window_frames: int = -1
+    sink_frames: int = 0
+    attention: str = "sdpa"
+    vae_decode: bool = False  # stream-decode every block with the real Wan VAE architecture (random weights)
+
+
+class _BlockTimer(PipelineHooks):
+    """Records an event (or a host time) at each block boundary; resolved after the run."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.marks = cuda, []
+
+    def mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def on_block_start(self, index, start_frame):
+        if index == 0:
+            self.mark()
+
+    def on_block_end(self, output):
+        self.mark()
+
+    def seconds(self) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+def run_engine_benchmark(cfg: BenchConfig) -> dict:
+    """Build the preset with random weights, run warm-up + repeats, return medians and per-block times."""
+    preset = PRESETS[cfg.preset]
+    device = torch.device(cfg.device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cfg.dtype]
+    cuda = device.type == "cuda"
+    torch.manual_seed(0)
+    with device:
+        model = CausalWanTransformer(preset["config"]).to(dtype).eval().requires_grad_(False)
+    if cfg.attention != "sdpa":
+        from .models.registry import set_attention_backend
+
+        set_attention_backend(model, cfg.attention)
+    sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
+    cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
+    pipe = BlockDiffusionPipeline(model, sampling, cache)
+    mc = preset["config"]
+    context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)
+    num_blocks = cfg.latent_frames // cfg.block_frames
+    vae = None
+    if cfg.vae_decode:
+        from .vae import WanVAE, WanVAEConfig
+
+        with device:
+            vae = WanVAE(WanVAEConfig(dim=96 if cfg.preset == "wan-1.3b" else 4)).to(dtype).eval()
+
+    runs = []
+    for r in range(cfg.warmup + cfg.repeats):
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        timer = _BlockTimer(cuda)
+        decoder = vae.stream_decoder() if vae is not None else None
+        req = GenerationRequest(num_blocks, preset["latent_height"], preset["latent_width"], context, seed=r)
+        t0 = time.perf_counter()
+        first_frame = None
+        for out in pipe.stream(req, timer):
+            if decoder is not None:
+                decoder.decode(out.latents.permute(0, 2, 1, 3, 4))
+            if first_frame is None:
+                if cuda:
+                    torch.cuda.synchronize()
+                first_frame = time.perf_counter() - t0
+        if cuda:
+            torch.cuda.synchronize()
+        total = time.perf_counter() - t0
+        blocks = timer.seconds()
+        if r >= cfg.warmup:
+            runs.append({
+                "total_s": total,
+                "block_s": blocks,
+                "first_block_s": first_frame,
+                "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+            })
+    pixel_frames = 1 + 4 * (cfg.latent_frames - 1)
+    total_med = statistics.median(r["total_s"] for r in runs)
+    per_block = [statistics.median(r["block_s"][i] for r in runs) for i in range(num_blocks)]
+    return {
+        "config": {**asdict(cfg), "steps": list(cfg.steps)},
+        "gpu": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "pixel_frames": pixel_frames,
+        "median_total_s": total_med,
+        "fps": pixel_frames / total_med,
+        "median_first_block_s": statistics.median(r["first_block_s"] for r in runs),
+        "median_block_s": per_block,
+        "peak_gib": max(r["peak_bytes"] for r in runs) / 2**30 if cuda else None,
+        "runs": runs,
+    }
+
+
+def format_table(result: dict) -> str:
+    c = result["config"]
+    rows = [
+        ("preset", c["preset"]),
+        ("device", result["gpu"]),
+        ("dtype / attention", f"{c['dtype']} / {c['attention']}"),
+        ("frames (pixel)", result["pixel_frames"]),
+        ("vae stream decode", c["vae_decode"]),
+        ("median total (s)", f"{result['median_total_s']:.3f}"),
+        ("FPS (pixel frames)", f"{result['fps']:.1f}"),
+        ("first block (s)", f"{result['median_first_block_s']:.3f}"),
+        ("per block (s)", " ".join(f"{b:.3f}" for b in result["median_block_s"])),
+        ("peak memory (GiB)", "-" if result["peak_gib"] is None else f"{result['peak_gib']:.2f}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,40 @@
+"""`inferix bench`: the fixed engine benchmark protocol (random weights), table + JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark the engine with random weights (table + JSON)")
+    p.add_argument("--preset", default="wan-1.3b", choices=["wan-1.3b", "tiny"], help="model size and resolution")
+    p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--device", default="cuda", help="cuda or cpu")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--window", type=int, default=-1, help="KV window in latent frames (-1 = global)")
+    p.add_argument("--sink", type=int, default=0, help="sink frames")
+    p.add_argument("--attention", default="sdpa")
+    p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
+    p.add_argument("--json", type=Path, help="write the full result here")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..benchmark import BenchConfig, format_table, run_engine_benchmark
+
+    cfg = BenchConfig(
+        preset=args.preset, latent_frames=args.latent_frames, dtype=args.dtype, device=args.device,
+        warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
+        attention=args.attention, vae_decode=args.vae_decode,
+    )  # fmt: skip
+    result = run_engine_benchmark(cfg)
+    print(format_table(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
