@@ -1,0 +1,9 @@
+"""Run profiling: pipeline hooks (``Profiler``), the report as data (``ProfileReport``) and its HTML page."""
+
+from inferix_core.profiling.profiler import NullProfiler, Profiler, current_rss_bytes, peak_rss_bytes
+from inferix_core.profiling.report import BlockRecord, KVCacheSample, MemorySample, ProfileReport, StageRecord
+
+__all__ = [
+    "BlockRecord", "KVCacheSample", "MemorySample", "NullProfiler", "ProfileReport", "Profiler", "StageRecord",
+    "current_rss_bytes", "peak_rss_bytes",
+]  # fmt: skip
