@@ -1,0 +1,43 @@
+"""The Inferix ComfyUI node pack: NODE_CLASS_MAPPINGS built from NODES, keyed by each schema's node_id.
+
+Installed as `inferix_nodes` (never as a top-level `nodes`, which is ComfyUI's own module) and
+imported relatively as `.nodes` by the pack's root `__init__.py` inside ComfyUI. Node modules import
+each other relatively and the engine absolutely (`inferix_core`).
+"""
+
+from __future__ import annotations
+
+from . import comfy_runtime
+from .block_denoise import InferixBlockDenoise
+from .compat import HAVE_COMFY_API
+from .kv_cache_config import InferixKVCacheConfig
+from .load_world_model import InferixLoadWorldModel
+from .reports import InferixLVBenchScore, InferixProfileReport
+from .schedules import InferixActionSchedule, InferixPromptSchedule
+from .stream_out import InferixStreamOut
+from .vae_decode import InferixVAEDecode
+
+comfy_runtime.register_model_folders()
+
+NODES = [
+    InferixLoadWorldModel,
+    InferixKVCacheConfig,
+    InferixPromptSchedule,
+    InferixActionSchedule,
+    InferixBlockDenoise,
+    InferixVAEDecode,
+    InferixStreamOut,
+    InferixProfileReport,
+    InferixLVBenchScore,
+]
+
+
+def _schema(node: type) -> object:
+    # real V3 classes finalize their schema through GET_SCHEMA (it also fills the V1 attributes)
+    return node.GET_SCHEMA()
+
+
+NODE_CLASS_MAPPINGS = {_schema(n).node_id: n for n in NODES}
+NODE_DISPLAY_NAME_MAPPINGS = {_schema(n).node_id: _schema(n).display_name for n in NODES}
+
+__all__ = ["HAVE_COMFY_API", "NODES", "NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

@@ -1,0 +1,249 @@
+"""The one place the node pack touches ComfyUI's runtime, each piece with a headless fallback.
+
+Progress bars (comfy.utils.ProgressBar with preview images, else the headless executor's hook from
+`inferix_core.workflow.progress`, a tqdm bar), interrupts (comfy.model_management, else the executor's
+process-wide flag), folders (folder_paths, else $INFERIX_OUTPUT_DIR /
+$INFERIX_MODELS_DIR or `set_output_dir`) and websocket events (PromptServer.send_sync, else
+registered listeners and a debug log line). Nothing here runs models or converts tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inferix_core.errors import MissingFileError
+from inferix_core.workflow import progress as headless
+
+log = logging.getLogger(__name__)
+
+try:  # each ComfyUI module is optional; the pack must import without ComfyUI
+    import folder_paths
+except ImportError:
+    folder_paths = None
+try:
+    import comfy.model_management as comfy_mm
+    import comfy.utils as comfy_utils
+except ImportError:
+    comfy_mm = comfy_utils = None
+
+BLOCK_EVENT = "inferix.block"
+PREVIEW_MAX_SIZE = 512  # px, the longest side of a per-block preview image
+BUNDLED = "bundled"
+# folders we add to ComfyUI's model search paths when missing (name -> folder under models/)
+EXTRA_MODEL_FOLDERS = {"inferix_metrics": "inferix_metrics", "vae_approx": "vae_approx"}
+
+_state: dict[str, Any] = {"output_dir": None}
+_listeners: list[Callable[[str, dict], None]] = []
+
+
+def register_model_folders() -> None:
+    """Add `models/inferix_metrics` and `models/vae_approx` to folder_paths if it does not know them."""
+    if folder_paths is None:
+        return
+    for name, sub in EXTRA_MODEL_FOLDERS.items():
+        if name not in folder_paths.folder_names_and_paths:
+            path = os.path.join(folder_paths.models_dir, sub)
+            folder_paths.folder_names_and_paths[name] = ([path], set(folder_paths.supported_pt_extensions))
+
+
+# --- folders ---------------------------------------------------------------------------------------
+
+def set_output_dir(path: str | os.PathLike[str] | None) -> None:
+    """Headless: where output nodes write (overrides $INFERIX_OUTPUT_DIR); None restores the default."""
+    _state["output_dir"] = None if path is None else str(path)
+
+
+def output_dir() -> Path:
+    """ComfyUI's output folder, else set_output_dir(), $INFERIX_OUTPUT_DIR, or ./output."""
+    if folder_paths is not None:
+        return Path(folder_paths.get_output_directory())
+    return Path(_state["output_dir"] or os.environ.get("INFERIX_OUTPUT_DIR") or "output")
+
+
+def temp_dir() -> Path:
+    """ComfyUI's temp folder (served as type 'temp'), else `<output>/../temp` or the system temp dir."""
+    if folder_paths is not None:
+        return Path(folder_paths.get_temp_directory())
+    base = Path(_state["output_dir"] or os.environ.get("INFERIX_OUTPUT_DIR") or tempfile.gettempdir())
+    return base.parent / "temp" if base.name == "output" else base / "inferix_temp"
+
+
+def model_choices(folder: str, *, bundled: bool = False) -> list[str]:
+    """File names offered in a loader combo: folder_paths' list, else the files under $INFERIX_MODELS_DIR."""
+    names: list[str] = []
+    if folder_paths is not None:
+        try:
+            names = list(folder_paths.get_filename_list(folder))
+        except KeyError:
+            names = []
+    elif os.environ.get("INFERIX_MODELS_DIR"):
+        root = Path(os.environ["INFERIX_MODELS_DIR"], folder)
+        if root.is_dir():
+            names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return ([BUNDLED] if bundled else []) + names
+
+
+def model_folder(folder: str) -> str | None:
+    """The first existing directory of a model folder (e.g. 'inferix_metrics'), or None."""
+    paths: list[str] = []
+    if folder_paths is not None and folder in folder_paths.folder_names_and_paths:
+        paths = list(folder_paths.get_folder_paths(folder))
+    elif os.environ.get("INFERIX_MODELS_DIR"):
+        paths = [os.path.join(os.environ["INFERIX_MODELS_DIR"], folder)]
+    return next((p for p in paths if os.path.isdir(p)), None)
+
+
+def resolve_model_file(folder: str, name: str) -> str:
+    """Full path of `name` in model folder `folder` ('bundled' passes through); raises MissingFileError."""
+    if name == BUNDLED:
+        return name
+    candidates: list[str | None] = []
+    if folder_paths is not None:
+        candidates.append(folder_paths.get_full_path(folder, name))
+    if os.environ.get("INFERIX_MODELS_DIR"):
+        candidates.append(os.path.join(os.environ["INFERIX_MODELS_DIR"], folder, name))
+    candidates.append(name)  # headless: an explicit path
+    for path in candidates:
+        if path and os.path.isfile(path):
+            return path
+    raise MissingFileError(
+        f"'{name}' was not found in the '{folder}' model folder. Put the file in models/{folder}/ "
+        f"(or $INFERIX_MODELS_DIR/{folder}/ when headless), or choose '{BUNDLED}'."
+    )
+
+
+# --- interrupts --------------------------------------------------------------------------------------
+
+def request_interrupt() -> None:
+    """Headless: ask the running node to stop at its next check (the CLI does this on Ctrl-C)."""
+    headless.request_interrupt()
+
+
+def check_interrupt() -> None:
+    """Raise if the user asked to stop: ComfyUI's own exception inside ComfyUI, else InterruptedError_."""
+    if comfy_mm is not None:
+        comfy_mm.throw_exception_if_processing_interrupted()
+    else:
+        headless.check_interrupt()
+
+
+# --- progress ------------------------------------------------------------------------------------------
+
+class Progress:
+    """A progress bar for one node run: ComfyUI's (with preview images), else the executor's hook."""
+
+    def __init__(self, total: int, node_id: str | None = None, desc: str = "inferix"):
+        self.total = total
+        self.value = 0
+        self._bar = comfy_utils.ProgressBar(total, node_id=node_id) if comfy_utils is not None else None
+        self._hook = None if self._bar is not None else headless.current_progress()
+        if self._hook is not None:
+            self._hook.start(total, desc)
+
+    def update(self, value: int, preview: Any = None) -> None:
+        """Set progress to `value` of `total`; `preview` is a PIL image shown on the node."""
+        if self._bar is not None:
+            shown = ("JPEG", preview, PREVIEW_MAX_SIZE) if preview is not None else None
+            self._bar.update_absolute(value, self.total, shown)
+        elif self._hook is not None:
+            self._hook.update(value - self.value, preview)
+        self.value = value
+
+    def close(self) -> None:
+        """Finish the headless bar (ComfyUI's needs no closing)."""
+        if self._hook is not None:
+            self._hook.close()
+
+
+# --- websocket events ------------------------------------------------------------------------------------
+
+def add_event_listener(listener: Callable[[str, dict], None]) -> Callable[[], None]:
+    """Headless: receive every event a node sends; returns a function that removes the listener."""
+    _listeners.append(listener)
+    return lambda: _listeners.remove(listener)
+
+
+def send_event(event: str, data: dict) -> None:
+    """Send `event` to the ComfyUI front end (all clients), and to headless listeners."""
+    try:
+        from server import PromptServer
+
+        PromptServer.instance.send_sync(event, data)
+    except (ImportError, AttributeError):
+        log.debug("%s %s", event, data)
+    for listener in list(_listeners):
+        listener(event, data)
+
+
+def save_preview(image: Any, prefix: str) -> dict[str, str]:
+    """Save a small JPEG of a PIL image in the temp folder; returns {filename, subfolder, type} for /view."""
+    folder = temp_dir() / "inferix"
+    folder.mkdir(parents=True, exist_ok=True)
+    image = image.copy()
+    image.thumbnail((PREVIEW_MAX_SIZE, PREVIEW_MAX_SIZE))
+    name = f"{prefix}.jpg"
+    tmp = folder / f".{name}.tmp"
+    image.save(tmp, format="JPEG", quality=85)
+    os.replace(tmp, folder / name)  # previews are ours and replaced per block; outputs never are
+    return {"filename": name, "subfolder": "inferix", "type": "temp"}
+
+
+# --- generation hooks ------------------------------------------------------------------------------------
+
+class BlockHooks:
+    """The core's generation hooks, reported to ComfyUI: progress with a preview, `inferix.block`, interrupts.
+
+    Args:
+        node_id: ComfyUI id of the node running the generation (None headless).
+        num_blocks: blocks the run will produce (the progress bar's length).
+    """
+
+    def __init__(self, node_id: str | None, num_blocks: int):
+        self.node_id = node_id
+        self.num_blocks = num_blocks
+        self.run_id = f"{node_id or 'headless'}_{uuid.uuid4().hex[:8]}"
+        self.progress = Progress(num_blocks, node_id=node_id, desc="blocks")
+
+    def check_interrupt(self) -> None:
+        """Called by the pipeline between denoising steps."""
+        check_interrupt()
+
+    def on_block_end(self, index: int, frames: Any, timings: dict[str, float] | None = None,
+                     memory: dict[str, Any] | None = None) -> None:
+        """One clean block is done: move the bar, show its last frame, tell the front end.
+
+        Args:
+            index: block index from 0.
+            frames: the block's decoded frames, uint8 [T, H, W, 3] (numpy or torch), or None.
+            timings: seconds per phase of this block (denoise, context, decode, ...).
+            memory: KV-cache usage (bytes on GPU / host) when the cache reports it.
+        """
+        preview = _last_frame_image(frames)
+        saved = save_preview(preview, f"{self.run_id}_block") if preview is not None else None
+        self.progress.update(index + 1, preview)
+        send_event(BLOCK_EVENT, {
+            "node": self.node_id, "run": self.run_id, "block": index, "num_blocks": self.num_blocks,
+            "timings": dict(timings or {}), "memory": dict(memory or {}), "preview": saved,
+        })
+        check_interrupt()
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+def _last_frame_image(frames: Any) -> Any:
+    """PIL image of the last frame of a uint8 [T, H, W, 3] block (None when there are no frames)."""
+    if frames is None or len(frames) == 0:
+        return None
+    from PIL import Image
+
+    last = frames[-1]
+    if hasattr(last, "detach"):
+        last = last.detach().cpu().numpy()
+    return Image.fromarray(last)

@@ -1,0 +1,22 @@
+"""Custom socket types of the pack: each carries one frozen core object between nodes.
+
+A socket never carries a dict of settings (see STYLE.md, the WanVideoWrapper counter-example): the
+object on the wire is the core's own type, named in each docstring below.
+"""
+
+from __future__ import annotations
+
+from .compat import io
+
+# inferix_core.models.registry.WorldModel: transformer + VAE + text encoder + family defaults
+WorldModel = io.Custom("INFERIX_WORLD_MODEL")
+# inferix_core.cache.spec.KVCacheConfig
+KVCacheConfig = io.Custom("INFERIX_KV_CACHE_CONFIG")
+# inferix_core prompt schedule: (start latent frame, prompt) segments
+PromptSchedule = io.Custom("INFERIX_PROMPT_SCHEDULE")
+# inferix_core action schedule: per-block action vectors for interactive world models
+ActionSchedule = io.Custom("INFERIX_ACTION_SCHEDULE")
+# inferix_core.api.VideoResult: latents, uint8 frames [T, H, W, 3], fps, per-block profile
+Video = io.Custom("INFERIX_VIDEO")
+
+CATEGORY = "Inferix"
