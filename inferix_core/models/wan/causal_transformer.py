@@ -191,7 +191,7 @@ class CausalWanTransformer(nn.Module):
         e0 = self.time_projection(e).unflatten(1, (6, cfg.dim)).unflatten(0, timestep.shape)  # (B, F, 6, dim)
         # 3. RoPE rotations for this chunk's absolute positions
         if frame_positions is None:
-            frame_positions = torch.arange(start_frame, start_frame + grid[0])
+            frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
         freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
         # 4. blocks
         for i, block in enumerate(self.blocks):

@@ -59,9 +59,11 @@ class RotaryEmbedding3D:
         c = head_dim // 2
         self.split = (c - 2 * (c // 3), c // 3, c // 3)
         self.inv_freq = [
-            1.0 / torch.pow(theta, torch.arange(0, 2 * n, 2, dtype=torch.float64).div(2 * n)) for n in self.split
+            1.0 / torch.pow(theta, torch.arange(0, 2 * n, 2, dtype=torch.float64, device="cpu").div(2 * n))
+            for n in self.split
         ]
-        self._cache: dict[tuple, torch.Tensor] = {}
+        self._cache: dict[tuple, torch.Tensor] = {}  # tables are built on the CPU in float64 (even under
+        # a `with torch.device(...)` context) and moved to the compute device once per chunk position
 
     def freqs(
         self, frame_positions: torch.Tensor, height: int, width: int, device: torch.device
@@ -81,8 +83,8 @@ class RotaryEmbedding3D:
         parts = []
         for pos, inv, sizes in (
             (frame_positions.to(torch.float64).cpu(), self.inv_freq[0], (num_frames, 1, 1)),
-            (torch.arange(height, dtype=torch.float64), self.inv_freq[1], (1, height, 1)),
-            (torch.arange(width, dtype=torch.float64), self.inv_freq[2], (1, 1, width)),
+            (torch.arange(height, dtype=torch.float64, device="cpu"), self.inv_freq[1], (1, height, 1)),
+            (torch.arange(width, dtype=torch.float64, device="cpu"), self.inv_freq[2], (1, 1, width)),
         ):
             angles = torch.outer(pos, inv)  # (n_axis, pairs)
             rot = torch.polar(torch.ones_like(angles), angles).view(*sizes, -1)
