@@ -210,6 +210,10 @@ class BlockHooks:
         self.run_id = f"{node_id or 'headless'}_{uuid.uuid4().hex[:8]}"
         self.progress = Progress(num_blocks, node_id=node_id, desc="blocks")
 
+    def on_start(self, num_blocks: int) -> None:
+        """Called once before the first block."""
+        self.num_blocks = self.progress.total = num_blocks
+
     def check_interrupt(self) -> None:
         """Called by the pipeline between denoising steps."""
         check_interrupt()

@@ -1,0 +1,176 @@
+"""InferixBlockDenoise: generate a video block by block with a world model; the pack's main node.
+
+It converts ComfyUI types (text or CONDITIONING, IMAGE, widget strings) into the core's request and
+calls `inferix_core.api.generate_video` once; the block loop, cache, decoding and timing live there.
+A fresh KV cache is built on every run and no input object is modified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+from typing import Any
+
+from . import comfy_runtime as rt
+from . import types
+from .compat import io
+
+log = logging.getLogger(__name__)
+
+MAX_BLOCKS = 1000
+MAX_SIZE = 4096
+SIZE_STEP = 16  # VAE stride 8 x patch 2: pixel sizes must divide by 16
+MAX_TIMESTEP = 1000
+
+
+def parse_steps(text: str) -> tuple[int, ...] | str:
+    """'1000,750,500,250' → (1000, 750, 500, 250); '' → () (the family default); else an error string."""
+    parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
+    try:
+        steps = tuple(int(p) for p in parts)
+    except ValueError:
+        return f"denoising_steps must be comma-separated integers such as '1000,750,500,250', got '{text}'"
+    if any(not 0 < s <= MAX_TIMESTEP for s in steps):
+        return f"denoising_steps must lie in 1..{MAX_TIMESTEP}, got {list(steps)}"
+    if any(a <= b for a, b in itertools.pairwise(steps)):
+        return f"denoising_steps must decrease strictly (noisiest first), got {list(steps)}"
+    return steps
+
+
+def conditioning_tensor(conditioning: Any) -> Any:
+    """The text embedding [B, L, D] inside a ComfyUI CONDITIONING list ([[tensor, {...}], ...])."""
+    return conditioning[0][0]
+
+
+def seconds_per_block(world_model: Any, sampling: Any) -> float:
+    """Video seconds one block covers: latent frames x VAE temporal stride / fps (as generate_video maps prompts)."""
+    return sampling.block_frames * world_model.temporal_compression / world_model.fps
+
+
+def actions_per_frame(schedule: list[tuple[float, str]], num_frames: int, frame_seconds: float) -> list[str]:
+    """A timed action schedule [(start_seconds, name)] → one action name per latent frame."""
+    names, k = [], 0
+    for f in range(num_frames):
+        while k + 1 < len(schedule) and schedule[k + 1][0] <= f * frame_seconds + 1e-9:
+            k += 1
+        names.append(schedule[k][1])
+    return names
+
+
+def summarize(result: Any, width: int, height: int) -> str:
+    """One line about a finished run, shown on the node."""
+    frames = 0 if result.frames is None else len(result.frames)
+    first = "" if result.first_frame_seconds is None else f", first frame after {result.first_frame_seconds:.2f} s"
+    return (f"{len(result.block_seconds)} blocks, {frames} frames {width}x{height} at {result.fps} fps "
+            f"in {result.seconds:.1f} s{first}")
+
+
+def frames_to_image(frames: Any) -> Any:
+    """uint8 [T, H, W, 3] (numpy or torch) → ComfyUI IMAGE float [T, H, W, 3] in 0..1."""
+    import torch
+
+    return torch.as_tensor(frames).float().div(255.0)
+
+
+class InferixBlockDenoise(io.ComfyNode):
+    """Generates latent blocks with a causal world model and decodes them as they finish."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="InferixBlockDenoise",
+            display_name="Inferix Block Denoise",
+            category=f"{types.CATEGORY}/sampling",
+            description="Autoregressive block diffusion: each block of latent frames is denoised in a few steps "
+                        "against a KV cache of the frames before it, then decoded. Shows every block live.",
+            inputs=[
+                types.WorldModel.Input("world_model", tooltip="The model from Inferix Load World Model."),
+                io.String.Input("prompt", multiline=True, default="a car drives along a winding coastal road",
+                                tooltip="Text prompt. Ignored when a prompt schedule or conditioning is connected."),
+                io.Int.Input("num_blocks", default=7, min=1, max=MAX_BLOCKS, step=1,
+                             tooltip="Blocks to generate. One block is the family's block_frames latent frames "
+                                     "(3 for Self-Forcing, 12 video frames, 0.75 s at 16 fps)."),
+                io.Float.Input("seconds", default=0.0, min=0.0, max=3600.0, step=0.25,
+                               tooltip="Video length in seconds; when above 0 it replaces num_blocks (rounded up "
+                                       "to whole blocks at the model's frame rate)."),
+                io.Int.Input("width", default=832, min=SIZE_STEP, max=MAX_SIZE, step=SIZE_STEP,
+                             tooltip="Frame width in pixels; a multiple of 16."),
+                io.Int.Input("height", default=480, min=SIZE_STEP, max=MAX_SIZE, step=SIZE_STEP,
+                             tooltip="Frame height in pixels; a multiple of 16."),
+                io.String.Input("denoising_steps", default="1000,750,500,250",
+                                tooltip="Timesteps of the few-step schedule, noisiest first, comma-separated. "
+                                        "Empty = the family default. Fewer steps are faster and blurrier."),
+                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                             tooltip="Noise seed; the same seed, settings and device give the same video."),
+                types.KVCacheConfig.Input("kv_cache", optional=True,
+                                          tooltip="Cache settings (window, sink, offload, int8). Default: "
+                                                  "global, full precision, on the GPU."),
+                io.Conditioning.Input("conditioning", optional=True,
+                                      tooltip="A text embedding from a ComfyUI text encoder node (UMT5 for Wan); "
+                                              "replaces the prompt text."),
+                types.PromptSchedule.Input("prompt_schedule", optional=True,
+                                           tooltip="Prompts that switch at given seconds (Inferix Prompt "
+                                                   "Schedule); replaces the prompt text."),
+                types.ActionSchedule.Input("action_schedule", optional=True,
+                                           tooltip="Actions per block for interactive world models (Inferix "
+                                                   "Action Schedule)."),
+            ],
+            outputs=[
+                io.Latent.Output("latent", tooltip="Clean latents as ComfyUI LATENT, samples [B, C, F, h, w]."),
+                io.Image.Output("frames", tooltip="Decoded frames as an IMAGE batch, one image per video frame."),
+                types.Video.Output("video", tooltip="The whole result (frames, fps, per-block timings) for "
+                                                    "Inferix Stream Out, Profile Report and LV-Bench Score."),
+            ],
+            hidden=[io.Hidden.unique_id],
+        )
+
+    @classmethod
+    def validate_inputs(cls, num_blocks: int | None = None, width: int | None = None, height: int | None = None,
+                        denoising_steps: str | None = None, seconds: float | None = None) -> bool | str:
+        for name, value in (("width", width), ("height", height)):
+            if value is not None and (value % SIZE_STEP or not SIZE_STEP <= value <= MAX_SIZE):
+                return (f"{name} must be a multiple of {SIZE_STEP} between {SIZE_STEP} and {MAX_SIZE}, got {value}; "
+                        f"try {max(SIZE_STEP, round(value / SIZE_STEP) * SIZE_STEP)}")
+        if num_blocks is not None and not 1 <= num_blocks <= MAX_BLOCKS:
+            return f"num_blocks must be between 1 and {MAX_BLOCKS}, got {num_blocks}"
+        if seconds is not None and seconds < 0:
+            return f"seconds must be 0 (use num_blocks) or positive, got {seconds}"
+        if denoising_steps is not None:
+            steps = parse_steps(denoising_steps)
+            if isinstance(steps, str):
+                return steps
+        return True
+
+    @classmethod
+    def execute(cls, world_model: Any, prompt: str, num_blocks: int, seconds: float, width: int, height: int,
+                denoising_steps: str, seed: int, kv_cache: Any = None, conditioning: Any = None,
+                prompt_schedule: Any = None, action_schedule: Any = None) -> io.NodeOutput:
+        from inferix_core.api import generate_video
+        from inferix_core.errors import ConfigError
+        from inferix_core.profiling import Profiler
+
+        steps = parse_steps(denoising_steps)
+        if isinstance(steps, str):
+            raise ConfigError(steps)
+        sampling = dataclasses.replace(world_model.sampling, denoising_steps=steps) if steps else world_model.sampling
+        block_s = seconds_per_block(world_model, sampling)
+        if seconds > 0:
+            num_blocks = max(1, math.ceil(seconds / block_s - 1e-9))
+        text = prompt_schedule if prompt_schedule is not None else (
+            conditioning_tensor(conditioning) if conditioning is not None else prompt)
+        actions = None
+        if action_schedule is not None:
+            actions = actions_per_frame(action_schedule, num_blocks * sampling.block_frames, block_s / sampling.block_frames)
+        hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
+        profiler = Profiler(world_model.device)
+        try:
+            result = generate_video(world_model, text, num_blocks=num_blocks, width=width, height=height, seed=seed,
+                                    cache=kv_cache, sampling=sampling, actions=actions, hooks=hooks, profiler=profiler)
+        finally:
+            hooks.close()
+        result = dataclasses.replace(result, profile=profiler.report().to_dict())  # a copy; the core's is untouched
+        latent = {"samples": result.latents.permute(0, 2, 1, 3, 4).contiguous()}  # [B,F,C,h,w] → [B,C,F,h,w]
+        return io.NodeOutput(latent, frames_to_image(result.frames), result,
+                             ui={"text": [summarize(result, width, height)]})

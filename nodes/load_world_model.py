@@ -1,0 +1,113 @@
+"""InferixLoadWorldModel: pick weight files from ComfyUI's model folders and load one world model.
+
+The node resolves file names to paths and calls `inferix_core.models.registry.load_world_model`;
+detecting the checkpoint layout, the family and its config is the registry's business, not ours.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from inferix_core.attention.registry import attention_backends
+
+from . import comfy_runtime as rt
+from . import types
+from .compat import io
+
+log = logging.getLogger(__name__)
+
+DTYPES = ["auto", "fp32", "bf16", "fp16"]
+DEVICES = ["auto", "cpu", "cuda"]
+NONE = "none"
+# input name -> (ComfyUI model folder, first choices)
+FILE_INPUTS = {
+    "model": ("diffusion_models", [rt.BUNDLED]),
+    "vae": ("vae", [rt.BUNDLED]),
+    "preview_decoder": ("vae_approx", [NONE]),
+    "text_encoder": ("text_encoders", [rt.BUNDLED]),
+}
+
+
+def _choices(name: str) -> list[str]:
+    folder, first = FILE_INPUTS[name]
+    return first + [f for f in rt.model_choices(folder) if f not in first]
+
+
+def _resolve(name: str, value: str) -> str | None:
+    """Full path of a chosen file. 'none', and 'bundled' for the parts beside the model, become None
+    (the registry then uses the family's default); a bundled model stays 'bundled'."""
+    if value == NONE or (value == rt.BUNDLED and name != "model"):
+        return None
+    return rt.resolve_model_file(FILE_INPUTS[name][0], value)
+
+
+class InferixLoadWorldModel(io.ComfyNode):
+    """Loads a causal (block-diffusion) world model: transformer, VAE, optional preview decoder, text encoder."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="InferixLoadWorldModel",
+            display_name="Inferix Load World Model",
+            category=f"{types.CATEGORY}/loaders",
+            description="Loads a block-diffusion world model (Self-Forcing, CausVid, LongLive causal Wan 2.1, or the "
+                        "small bundled model). The family and its config are read from the weights.",
+            inputs=[
+                io.Combo.Input("model", options=_choices("model"), default=rt.BUNDLED,
+                               tooltip="Causal transformer weights from models/diffusion_models "
+                                       "(ComfyUI, Wan, diffusers or Self-Forcing .pt layout), or the bundled "
+                                       "small model that runs on CPU."),
+                io.Combo.Input("vae", options=_choices("vae"), default=rt.BUNDLED,
+                               tooltip="Wan 2.1 VAE from models/vae ('bundled' = the one matching the bundled "
+                                       "model). Decodes latents to frames block by block."),
+                io.Combo.Input("preview_decoder", options=_choices("preview_decoder"), default=NONE,
+                               tooltip="Optional tiny decoder (TAEHV) from models/vae_approx for fast live "
+                                       "previews; 'none' previews with the full VAE."),
+                io.Combo.Input("text_encoder", options=_choices("text_encoder"), default=rt.BUNDLED,
+                               tooltip="UMT5-XXL text encoder from models/text_encoders; 'bundled' uses the "
+                                       "family's default (a small built-in encoder for the bundled model)."),
+                io.Combo.Input("dtype", options=DTYPES, default="auto",
+                               tooltip="Compute precision: 'auto' = bf16 on GPUs that support it, else fp32. "
+                                       "fp32 is exact and slowest."),
+                io.Combo.Input("attention", options=attention_backends(), default="sdpa",
+                               tooltip="Attention kernel. 'sdpa' (PyTorch) works everywhere; others fall back "
+                                       "to sdpa, with a log line, when not installed."),
+                io.Combo.Input("device", options=DEVICES, default="auto",
+                               tooltip="Where the model runs: 'auto' = CUDA when available, else CPU."),
+            ],
+            outputs=[types.WorldModel.Output("world_model", tooltip="The loaded world model, for Inferix Block "
+                                                                    "Denoise and Inferix VAE Decode.")],
+        )
+
+    @classmethod
+    def validate_inputs(cls, model: str | None = None, vae: str | None = None, preview_decoder: str | None = None,
+                        text_encoder: str | None = None, device: str | None = None) -> bool | str:
+        chosen = {"model": model, "vae": vae, "preview_decoder": preview_decoder, "text_encoder": text_encoder}
+        for name, value in chosen.items():
+            if value is None or value in (rt.BUNDLED, NONE):
+                continue
+            try:
+                _resolve(name, value)
+            except FileNotFoundError as exc:
+                return str(exc)
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "device is 'cuda' but no CUDA GPU is available; choose 'auto' or 'cpu'"
+        return True
+
+    @classmethod
+    def execute(cls, model: str, vae: str, preview_decoder: str, text_encoder: str, dtype: str, attention: str,
+                device: str) -> io.NodeOutput:
+        from inferix_core.models.registry import load_world_model
+
+        world_model = load_world_model(
+            _resolve("model", model), vae_path=_resolve("vae", vae),
+            preview_decoder_path=_resolve("preview_decoder", preview_decoder),
+            text_encoder_path=_resolve("text_encoder", text_encoder),
+            dtype=dtype, device=device, attention=attention,
+        )
+        summary = world_model.describe()
+        log.info("loaded world model: %s", summary.replace("\n", "; "))
+        return io.NodeOutput(world_model, ui={"text": [summary]})

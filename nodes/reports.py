@@ -1,0 +1,120 @@
+"""InferixProfileReport and InferixLVBenchScore: read a finished video's timings or quality as text.
+
+The measurements are `inferix_core.profiling`'s (ProfileReport) and the scores `inferix_core.metrics.lvbench`'s;
+these nodes only choose inputs, pass the metric weights folder and lay numbers out as text.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from inferix_core.metrics.lvbench import DEFAULT_METRICS, METRICS
+
+from . import comfy_runtime as rt
+from . import types
+from .compat import io
+
+log = logging.getLogger(__name__)
+
+METRIC_SETS = {"published (5 VDE metrics)": DEFAULT_METRICS, "all (with dynamic degree)": METRICS}
+
+
+class InferixProfileReport(io.ComfyNode):
+    """Per-block timing and memory of a generation, as a table."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="InferixProfileReport",
+            display_name="Inferix Profile Report",
+            category=f"{types.CATEGORY}/analysis",
+            description="Where the time went: denoise, context pass and decode per block, throughput in frames "
+                        "per second, and peak KV-cache memory.",
+            is_output_node=True,
+            inputs=[types.Video.Input("video", tooltip="The result of Inferix Block Denoise.")],
+            outputs=[io.String.Output("report", tooltip="The profile as plain text.")],
+        )
+
+    @classmethod
+    def execute(cls, video: Any) -> io.NodeOutput:
+        from inferix_core.errors import ConfigError
+        from inferix_core.profiling import ProfileReport
+
+        if not video.profile:
+            raise ConfigError("this video carries no profile; generate it with Inferix Block Denoise")
+        report = ProfileReport.from_dict(video.profile)
+        text = profile_text(report)
+        return io.NodeOutput(text, ui={"text": [text]})
+
+
+def _num(value: float | None, unit: str, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def profile_text(report: Any) -> str:
+    """A ProfileReport as a few plain-text lines: throughput, latency, stages, memory."""
+    lat = report.block_latency_s
+    lines = [
+        f"{report.num_frames} frames in {report.wall_s:.2f} s on {report.device}: {_num(report.fps, ' fps')} "
+        f"(steady {_num(report.steady_fps, ' fps')}), first frame {_num(report.time_to_first_frame_s, ' s')}",
+        f"block latency: median {_num(lat.get('median'), ' s')}, p90 {_num(lat.get('p90'), ' s')}, "
+        f"max {_num(lat.get('max'), ' s')}",
+    ]
+    for name, total in report.stage_totals.items():
+        lines.append(f"  {name}: {total['wall_s']:.2f} s over {int(total['count'])} call(s)")
+    lines.append(f"peak host memory {report.peak_rss_bytes / 2**30:.2f} GiB"
+                 + ("" if report.peak_gpu_bytes is None else f", peak GPU {report.peak_gpu_bytes / 2**30:.2f} GiB"))
+    for block in report.blocks:
+        lines.append(f"  block {block.index}: {block.wall_s:.3f} s, {block.num_frames} frames")
+    return "\n".join(lines)
+
+
+class InferixLVBenchScore(io.ComfyNode):
+    """LV-Bench quality and drift (VDE) scores of a video."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="InferixLVBenchScore",
+            display_name="Inferix LV-Bench Score",
+            category=f"{types.CATEGORY}/analysis",
+            description="Scores a long video as LV-Bench does: VBench-style clarity, motion, aesthetic, "
+                        "background and subject scores over equal chunks and their drift (VDE). Metrics whose "
+                        "networks are not in models/inferix_metrics use labelled weight-free proxies.",
+            is_output_node=True,
+            inputs=[
+                types.Video.Input("video", optional=True, tooltip="The result of Inferix Block Denoise."),
+                io.Image.Input("images", optional=True, tooltip="Or any IMAGE batch (one image per frame)."),
+                io.Combo.Input("metrics", options=list(METRIC_SETS), default=next(iter(METRIC_SETS)),
+                               tooltip="Which metrics to compute; dynamic degree needs RAFT weights or uses "
+                                       "its proxy."),
+                io.Int.Input("chunks", default=10, min=2, max=100, step=1,
+                             tooltip="Equal chunks the video is split into for drift (LV-Bench uses 10); "
+                                     "needs at least this many frames."),
+            ],
+            outputs=[
+                io.String.Output("scores_json", tooltip="All scores as JSON (per chunk, whole video, VDE)."),
+                io.String.Output("table", tooltip="The headline scores as a plain-text table."),
+            ],
+        )
+
+    @classmethod
+    def validate_inputs(cls, chunks: int | None = None) -> bool | str:
+        if chunks is not None and not 2 <= chunks <= 100:
+            return f"chunks must be between 2 and 100, got {chunks}"
+        return True
+
+    @classmethod
+    def execute(cls, metrics: str, chunks: int, video: Any = None, images: Any = None) -> io.NodeOutput:
+        from inferix_core.errors import ConfigError
+        from inferix_core.metrics.lvbench import format_table, score_video
+
+        if video is None and images is None:
+            raise ConfigError("Inferix LV-Bench Score has nothing to score: connect 'video' or 'images'")
+        frames = video.frames if video is not None else images
+        fps = float(video.fps) if video is not None else None
+        weights = rt.model_folder("inferix_metrics")
+        result = score_video(frames, metrics=METRIC_SETS[metrics], chunks=chunks, weights_dir=weights, fps=fps)
+        table = format_table([result])
+        return io.NodeOutput(result.to_json(), table, ui={"text": [table]})
