@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...errors import BackendUnavailableError, ConfigError, MissingFileError
+from ...errors import BackendUnavailableError, CheckpointLayoutError, ConfigError, MissingFileError
 from . import base_metrics as bm
 from . import networks, proxies
 from .chunking import chunk_bounds, dynamic_stride, start_end_bounds, to_uint8_frames
@@ -52,7 +52,7 @@ def _mean(x: np.ndarray) -> float:
     return float(np.mean(x))
 
 
-def _try_load(what: str, loader: Callable[[], Any]) -> tuple[Any, str | None]:
+def _try_load(loader: Callable[[], Any]) -> tuple[Any, str | None]:
     """Run a loader; on a missing file or package return (None, reason) instead of raising."""
     try:
         return loader(), None
@@ -82,7 +82,7 @@ def resolve_backends(
 
     for m in metrics:
         if m == "clarity":
-            net, why = _try_load("musiq", lambda: networks.load_musiq(networks.locate(wd, "musiq_spaq"), device))
+            net, why = _try_load(lambda: networks.load_musiq(networks.locate(wd, "musiq_spaq"), device))
             if net is not None:
                 out[m] = MetricBackend(m, False, "MUSIQ-SPAQ (pyiqa)",
                                        lambda f, n=net: bm.imaging_quality_frame_scores(f, n), _mean)
@@ -104,9 +104,14 @@ def resolve_backends(
             def load_aesthetic() -> tuple[torch.nn.Module, torch.nn.Module]:
                 clip = networks.load_clip_vision(networks.locate(wd, "clip_l14"), device)
                 head = networks.load_aesthetic_head(networks.locate(wd, "aesthetic_head"), device)
+                if head.in_features != clip.config.projection_dim:
+                    raise CheckpointLayoutError(
+                        f"The aesthetic head takes {head.in_features}-d embeddings but the CLIP in "
+                        f"'{networks.NETWORKS['clip_l14'].relpath}' projects to {clip.config.projection_dim}; "
+                        "LAION's head needs CLIP ViT-L/14 (768).")
                 return clip, head
 
-            nets, why = _try_load("aesthetic", load_aesthetic)
+            nets, why = _try_load(load_aesthetic)
             if nets is not None:
                 out[m] = MetricBackend(m, False, "LAION head on CLIP ViT-L/14",
                                        lambda f, n=nets: bm.aesthetic_frame_scores(f, *n), _mean)
@@ -114,7 +119,7 @@ def resolve_backends(
                 log.warning("%s -> aesthetic quality is unavailable (it has no credible weight-free proxy).", why)
                 out[m] = MetricBackend(m, False, "unavailable", unavailable=f"no weight-free proxy; {why}")
         elif m == "background":
-            net, why = _try_load("clip", lambda: networks.load_clip_vision(networks.locate(wd, "clip_b32"), device))
+            net, why = _try_load(lambda: networks.load_clip_vision(networks.locate(wd, "clip_b32"), device))
             if net is not None:
                 out[m] = MetricBackend(m, False, "CLIP ViT-B/32", lambda f, n=net: bm.clip_image_embeddings(f, n),
                                        bm.consistency_from_features, min_frames=2)
@@ -123,7 +128,7 @@ def resolve_backends(
                 out[m] = MetricBackend(m, True, "colour-histogram similarity (proxy)",
                                        proxies.colour_histogram_features, bm.consistency_from_features, min_frames=2)
         elif m == "subject":
-            net, why = _try_load("dino", lambda: networks.load_dino(networks.locate(wd, "dino_b16"), device))
+            net, why = _try_load(lambda: networks.load_dino(networks.locate(wd, "dino_b16"), device))
             if net is not None:
                 out[m] = MetricBackend(m, False, "DINO ViT-B/16", lambda f, n=net: bm.dino_cls_features(f, n),
                                        bm.consistency_from_features, min_frames=2)
@@ -132,7 +137,7 @@ def resolve_backends(
                 out[m] = MetricBackend(m, True, "perceptual-hash structure similarity (proxy)",
                                        proxies.structure_features, bm.consistency_from_features, min_frames=2)
         elif m == "dynamic":
-            flow, why = _try_load("raft", lambda: networks.load_raft_flow(networks.locate(wd, "raft_large"), device))
+            flow, why = _try_load(lambda: networks.load_raft_flow(networks.locate(wd, "raft_large"), device))
             if flow is None:
                 fallback(m, why, "block-matching flow")
                 flow = proxies.block_matching_flow
