@@ -127,7 +127,8 @@ def _run_node(nid: str, node: Mapping[str, Any], node_class: Any, done: Mapping[
     known = set(declared.get("required", {})) | set(declared.get("optional", {}))
     kwargs = {k: v for k, v in kwargs.items() if k in known}
     for name, kind in (declared.get("hidden") or {}).items():
-        kwargs[name] = {"PROMPT": workflow, "UNIQUE_ID": nid, "EXTRA_PNGINFO": {"prompt": workflow}}.get(kind)
+        kind = kind[0] if isinstance(kind, (tuple, list)) else kind  # V3 shims declare ("UNIQUE_ID",)
+        kwargs[name] = {"PROMPT": workflow, "UNIQUE_ID": nid}.get(kind)  # EXTRA_PNGINFO etc.: None headless
     if getattr(node_class, "INPUT_IS_LIST", False):
         kwargs = {k: [v] for k, v in kwargs.items()}
     func_name = getattr(node_class, "FUNCTION", None)

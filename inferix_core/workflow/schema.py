@@ -126,8 +126,9 @@ def _inputs_from_dict(class_type: str, declared: Mapping[str, Any]) -> tuple[Inp
     specs: list[InputSpec] = []
     for category in ("required", "optional", "hidden"):
         for name, entry in (declared.get(category) or {}).items():
-            if category == "hidden":
-                specs.append(InputSpec(name, str(entry), {}, category))
+            if category == "hidden":  # V1 declares "UNIQUE_ID", V3 shims ("UNIQUE_ID",)
+                kind = entry[0] if isinstance(entry, (tuple, list)) and entry else entry
+                specs.append(InputSpec(name, str(kind), {}, category))
                 continue
             if not isinstance(entry, (tuple, list)) or not entry:
                 raise WorkflowError(f"{class_type}.INPUT_TYPES() declares input '{name}' as {entry!r}; "

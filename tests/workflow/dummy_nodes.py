@@ -89,7 +89,7 @@ class SaveText:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {"value": ("*", {}), "prefix": ("STRING", {"default": "out"})},
-                "hidden": {"unique_id": "UNIQUE_ID"}}
+                "hidden": {"unique_id": ("UNIQUE_ID",)}}  # V3-shim style
 
     RETURN_TYPES = ()
     FUNCTION = "save"

@@ -1,0 +1,140 @@
+"""The node pack inside a real ComfyUI server, and `inferix queue` against it.
+
+Skipped unless COMFYUI_DIR and COMFYUI_PYTHON are set (see conftest.py and docs/comfyui_integration.md).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from inferix_core.commands.run import load_node_classes
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = sorted(REPO.glob("workflows/*quickstart*.json"))
+
+# Core nodes only: proves the client without any model file.
+CORE_WORKFLOW = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 48, "batch_size": 1, "color": 0x3366FF}},
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "inferix_it"}},
+}
+
+
+def write(tmp_path: Path, workflow: dict) -> str:
+    path = tmp_path / "workflow.json"
+    path.write_text(json.dumps(workflow))
+    return str(path)
+
+
+def test_pack_nodes_are_registered(comfyui, object_info):
+    log = comfyui.log_path.read_text(errors="replace")
+    failures = [line for line in log.splitlines() if "ComfyUI-Inferix" in line
+                and ("IMPORT FAILED" in line or "Cannot import" in line)]
+    assert not failures, "ComfyUI could not import the pack:\n" + "\n".join(failures)
+    ours = sorted(k for k in object_info if k.startswith("Inferix"))
+    assert ours, f"no Inferix nodes in /object_info; server log:\n{comfyui.log_tail()}"
+    missing = set(load_node_classes()) - set(object_info)
+    assert not missing, f"NODE_CLASS_MAPPINGS entries missing from /object_info: {sorted(missing)}"
+
+
+def test_queue_core_workflow_end_to_end(comfyui, tmp_path):
+    out = tmp_path / "downloads"
+    proc = comfyui.inferix("queue", write(tmp_path, CORE_WORKFLOW), "--server", comfyui.url, "--output-dir", str(out),
+                           "--timeout", "120", "--set", "1.width=40", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    prompt_id = proc.stdout.split("queued prompt ")[1].split()[0]
+    history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
+    [image] = history["outputs"]["2"]["images"]
+    downloaded = out / image["filename"]
+    assert downloaded.is_file() and str(downloaded) in proc.stdout
+    assert downloaded.read_bytes() == (comfyui.output_dir / image["subfolder"] / image["filename"]).read_bytes()
+    assert history["prompt"][2]["1"]["inputs"]["width"] == 40  # the --set override reached the server
+
+
+def test_validation_error_exits_non_zero_with_server_message(comfyui, tmp_path):
+    bad = json.loads(json.dumps(CORE_WORKFLOW))
+    bad["1"]["inputs"]["width"] = 0
+    proc = comfyui.inferix("queue", write(tmp_path, bad), "--server", comfyui.url, "--timeout", "60")
+    assert proc.returncode == 2
+    assert "the server refused the workflow" in proc.stderr
+    assert "node 1 (EmptyImage), input 'width': Value 0 smaller than min of 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_execution_error_exits_non_zero_with_server_message(comfyui, tmp_path):
+    bad = json.loads(json.dumps(CORE_WORKFLOW))
+    bad["2"]["inputs"]["filename_prefix"] = "../../escape"  # SaveImage refuses at run time, not validation
+    proc = comfyui.inferix("queue", write(tmp_path, bad), "--server", comfyui.url, "--timeout", "120")
+    assert proc.returncode == 2
+    assert "SaveImage failed on the server" in proc.stderr and "outside the output folder" in proc.stderr
+
+
+def test_unknown_inferix_node_refused_by_server(comfyui, tmp_path):
+    bad = {**CORE_WORKFLOW, "3": {"class_type": "InferixNoSuchNode", "inputs": {}}}
+    proc = comfyui.inferix("queue", write(tmp_path, bad), "--server", comfyui.url, "--timeout", "60")
+    assert proc.returncode == 2 and "InferixNoSuchNode" in proc.stderr
+
+
+@pytest.mark.skipif(not QUICKSTART, reason="no workflows/*quickstart*.json yet")
+def test_queue_quickstart_produces_mp4(comfyui, tmp_path):
+    out = tmp_path / "downloads"
+    proc = comfyui.inferix("queue", str(QUICKSTART[0]), "--server", comfyui.url, "--output-dir", str(out),
+                           "--timeout", "540", "--no-progress", timeout=580)
+    assert proc.returncode == 0, proc.stderr + "\n" + comfyui.log_tail()
+    prompt_id = proc.stdout.split("queued prompt ")[1].split()[0]
+    history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
+    entries = [e for ui in history["outputs"].values() for v in ui.values() if isinstance(v, list)
+               for e in v if isinstance(e, dict) and str(e.get("filename", "")).endswith(".mp4")]
+    assert entries, f"no mp4 among the outputs: {history['outputs']}"
+    query = urllib.parse.urlencode({k: entries[0].get(k, "") for k in ("filename", "subfolder", "type")})
+    with urllib.request.urlopen(f"{comfyui.url}/view?{query}", timeout=60) as resp:
+        head = resp.read(64)
+    assert b"ftyp" in head  # an MP4 container
+    assert list(out.rglob("*.mp4"))
+
+
+@pytest.mark.skipif(not QUICKSTART, reason="no workflows/*quickstart*.json yet")
+def test_interrupt_stops_an_inferix_run(comfyui):
+    websocket = pytest.importorskip("websocket")
+    workflow = json.loads(QUICKSTART[0].read_text())
+    if "nodes" in workflow:
+        pytest.skip("the quickstart workflow is UI format; this test posts API format directly")
+    client_id = uuid.uuid4().hex
+    ws = websocket.create_connection(f"{comfyui.url.replace('http', 'ws', 1)}/ws?clientId={client_id}", timeout=300)
+    try:
+        status, body = comfyui.post_json("/prompt", {"prompt": workflow, "client_id": client_id})
+        assert status == 200, body
+        prompt_id = body["prompt_id"]
+        sent = threading.Event()
+        deadline = time.monotonic() + 540
+        while time.monotonic() < deadline:
+            raw = ws.recv()
+            if not isinstance(raw, str):
+                continue
+            msg = json.loads(raw)
+            data = msg.get("data") or {}
+            if data.get("prompt_id") not in (None, prompt_id):
+                continue
+            node = data.get("node")
+            if not sent.is_set() and msg["type"] in ("executing", "progress") and node \
+                    and workflow.get(node, {}).get("class_type", "").startswith("Inferix"):
+                comfyui.post_json("/interrupt", {})
+                sent.set()
+            if msg["type"] == "execution_interrupted":
+                break
+            assert msg["type"] != "execution_success", "the run finished before the interrupt took effect"
+        else:
+            pytest.fail("no execution_interrupted message")
+    finally:
+        ws.close()
+    history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
+    assert any(event == "execution_interrupted" for event, _ in history["status"]["messages"])
