@@ -1,0 +1,163 @@
+"""Write the example workflows: each graph once, saved in UI format (opens in ComfyUI) and API format.
+
+Run `python workflows/build.py` after changing a node's inputs; tests/nodes/test_workflows.py checks
+that every UI file converts to its `_api.json` twin and that both validate against the node classes.
+Socket and widget order come from the node classes themselves, so the files cannot drift from them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from inferix_core.workflow.schema import NodeSchema
+
+log = logging.getLogger(__name__)
+HERE = Path(__file__).resolve().parent
+
+HF = "https://huggingface.co"
+SELF_FORCING = {"name": "self_forcing_dmd.pt", "directory": "diffusion_models",
+                "url": f"{HF}/gdhe17/Self-Forcing/resolve/main/checkpoints/self_forcing_dmd.pt"}
+WAN_VAE = {"name": "wan_2.1_vae.safetensors", "directory": "vae",
+           "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/vae/wan_2.1_vae.safetensors"}
+UMT5 = {"name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "directory": "text_encoders",
+        "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/text_encoders/"
+               "umt5_xxl_fp8_e4m3fn_scaled.safetensors"}
+
+BUNDLED_LOADER = {"model": "bundled", "vae": "bundled", "preview_decoder": "none", "text_encoder": "bundled",
+                  "dtype": "auto", "attention": "sdpa", "device": "auto"}
+SF_LOADER = {**BUNDLED_LOADER, "model": SELF_FORCING["name"], "vae": WAN_VAE["name"], "text_encoder": UMT5["name"]}
+DENOISE = {"prompt": "a car drives along a winding coastal road at sunset", "num_blocks": 7, "seconds": 0.0,
+           "width": 832, "height": 480, "denoising_steps": "1000,750,500,250", "seed": 42}
+STREAM_OUT = {"fps": 16.0, "filename_prefix": "inferix/video", "save_frames": "none", "crf": 18}
+LONG_PROMPTS = ("0 | a car drives along a coastal road at sunset, cinematic\n"
+                "10 | the road climbs into snowy mountains at dusk\n"
+                "20 | night falls, headlights light up the falling snow")
+DRIVE_ACTIONS = "0 | accelerate\n1.5 | steer_left\n3 | accelerate\n4.5 | steer_right\n6 | brake"
+
+# name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
+GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tuple[int, int]]]], list[dict]]] = {
+    "quickstart": ("Quickstart: the bundled world model on CPU", [
+        (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
+        (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
+        (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 4, "width": 128, "height": 128},
+         {"world_model": (1, 0), "action_schedule": (2, 0)}),
+        (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/quickstart"}, {"video": (3, 2)}),
+    ], []),
+    "self_forcing_t2v": ("Self-Forcing text-to-video (Wan 2.1 1.3B, 4 steps per block)", [
+        (1, "InferixLoadWorldModel", SF_LOADER, {}),
+        (2, "InferixBlockDenoise", DENOISE, {"world_model": (1, 0)}),
+        (3, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/self_forcing"}, {"video": (2, 2)}),
+        (4, "InferixProfileReport", {}, {"video": (2, 2)}),
+    ], [SELF_FORCING, WAN_VAE, UMT5]),
+    "long_video": ("Long video: rolling window with attention sink and a prompt schedule", [
+        (1, "InferixLoadWorldModel", SF_LOADER, {}),
+        (2, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
+                                     "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
+        (3, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
+        (4, "InferixBlockDenoise", {**DENOISE, "seconds": 30.0},
+         {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0)}),
+        (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/long"}, {"video": (4, 2)}),
+    ], [SELF_FORCING, WAN_VAE, UMT5]),
+    "interactive": ("Interactive: an action-driven world (bundled driving model)", [
+        (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
+        (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
+        (3, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
+                                     "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
+        (4, "InferixBlockDenoise", {**DENOISE, "seconds": 8.0, "width": 128, "height": 128},
+         {"world_model": (1, 0), "kv_cache": (3, 0), "action_schedule": (2, 0)}),
+        (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/drive", "save_frames": "png"},
+         {"video": (4, 2)}),
+    ], []),
+    "low_vram": ("Low VRAM: bf16, KV cache offload and int8 quantization under a 2 GiB budget", [
+        (1, "InferixLoadWorldModel", {**SF_LOADER, "dtype": "bf16"}, {}),
+        (2, "InferixKVCacheConfig", {"window_frames": 21, "sink_frames": 3, "page_frames": 3, "offload": "auto",
+                                     "gpu_budget_gb": 2.0, "quantization": "int8"}, {}),
+        (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 20}, {"world_model": (1, 0), "kv_cache": (2, 0)}),
+        (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/low_vram"}, {"video": (3, 2)}),
+        (5, "InferixProfileReport", {}, {"video": (3, 2)}),
+    ], [SELF_FORCING, WAN_VAE, UMT5]),
+    "lvbench_score": ("LV-Bench: generate a long video and score its quality drift", [
+        (1, "InferixLoadWorldModel", SF_LOADER, {}),
+        (2, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
+                                     "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
+        (3, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
+        (4, "InferixBlockDenoise", {**DENOISE, "seconds": 30.0},
+         {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0)}),
+        (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/lvbench"}, {"video": (4, 2)}),
+        (6, "InferixLVBenchScore", {"metrics": "published (5 VDE metrics)", "chunks": 10}, {"video": (4, 2)}),
+    ], [SELF_FORCING, WAN_VAE, UMT5]),
+}
+
+
+def build_api(nodes: list, schemas: dict[str, NodeSchema]) -> dict[str, Any]:
+    """API format: {id: {class_type, inputs, _meta}} with links as [source id, output index]."""
+    api: dict[str, Any] = {}
+    for nid, class_type, widgets, links in nodes:
+        inputs: dict[str, Any] = {}
+        for spec in schemas[class_type].inputs:  # declaration order
+            if spec.name in widgets:
+                inputs[spec.name] = widgets[spec.name]
+            elif spec.name in links:
+                inputs[spec.name] = [str(links[spec.name][0]), links[spec.name][1]]
+        api[str(nid)] = {"class_type": class_type, "inputs": inputs, "_meta": {"title": class_type}}
+    return api
+
+
+def build_ui(title: str, nodes: list, models: list[dict], schemas: dict[str, NodeSchema],
+             classes: dict[str, Any]) -> dict[str, Any]:
+    """UI format (LiteGraph): nodes with sockets and widgets_values, a links table, model download hints."""
+    link_rows, ui_nodes, link_id = [], [], 0
+    outgoing: dict[tuple[int, int], list[int]] = {}
+    for order, (nid, class_type, widgets, links) in enumerate(nodes):
+        schema, inputs = schemas[class_type], []
+        for spec in schema.inputs:
+            if spec.category == "hidden" or spec.is_widget:
+                continue
+            link = None
+            if spec.name in links:
+                link_id += 1
+                src, slot = links[spec.name]
+                link = link_id
+                link_rows.append([link_id, src, slot, nid, len(inputs), spec.type_name])
+                outgoing.setdefault((src, slot), []).append(link_id)
+            inputs.append({"name": spec.name, "type": spec.type_name, "link": link})
+        values: list[Any] = []
+        for spec in schema.widget_inputs:
+            values.append(widgets[spec.name])
+            if spec.options.get("control_after_generate"):
+                values.append("fixed")
+        names = getattr(classes[class_type], "RETURN_NAMES", schema.return_types)
+        node = {"id": nid, "type": class_type, "pos": [40 + 360 * (order % 4), 60 + 420 * (order // 4)],
+                "size": [320, 260], "flags": {}, "order": order, "mode": 0, "inputs": inputs,
+                "outputs": [{"name": n, "type": t, "slot_index": i, "links": []}
+                            for i, (n, t) in enumerate(zip(names, schema.return_types))],
+                "properties": {"Node name for S&R": class_type}, "widgets_values": values}
+        if class_type == "InferixLoadWorldModel" and models:
+            node["properties"]["models"] = models
+        ui_nodes.append(node)
+    for node in ui_nodes:
+        for out in node["outputs"]:
+            out["links"] = outgoing.get((node["id"], out["slot_index"]), []) or None
+    return {"last_node_id": max(n["id"] for n in ui_nodes), "last_link_id": link_id, "nodes": ui_nodes,
+            "links": link_rows, "groups": [], "config": {}, "version": 0.4,
+            "extra": {"ds": {"scale": 1.0, "offset": [0, 0]}, "inferix": {"title": title}}}
+
+
+def main() -> None:
+    from inferix_nodes import NODE_CLASS_MAPPINGS
+
+    schemas = {k: NodeSchema.from_class(k, v) for k, v in NODE_CLASS_MAPPINGS.items()}
+    for name, (title, nodes, models) in GRAPHS.items():
+        ui = build_ui(title, nodes, models, schemas, NODE_CLASS_MAPPINGS)
+        (HERE / f"{name}.json").write_text(json.dumps(ui, indent=2) + "\n", encoding="utf-8")
+        (HERE / f"{name}_api.json").write_text(json.dumps(build_api(nodes, schemas), indent=2) + "\n",
+                                               encoding="utf-8")
+        log.info("wrote %s.json and %s_api.json", name, name)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    main()
