@@ -1,0 +1,18 @@
+"""Video autoencoders: the Wan 2.1 causal VAE, its streaming sessions, and the TAEHV preview decoder."""
+
+from .config import WAN21_LATENT_MEAN, WAN21_LATENT_STD, WanVAEConfig
+from .layers import CausalConvCache
+from .streaming import DecodeState, SpatialTiling, StreamDecoder, StreamEncoder
+from .wan_vae import WanVAE
+
+__all__ = [
+    "WAN21_LATENT_MEAN",
+    "WAN21_LATENT_STD",
+    "CausalConvCache",
+    "DecodeState",
+    "SpatialTiling",
+    "StreamDecoder",
+    "StreamEncoder",
+    "WanVAE",
+    "WanVAEConfig",
+]

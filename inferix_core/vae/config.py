@@ -1,0 +1,124 @@
+"""WanVAEConfig: the architecture of a Wan 2.1 causal 3D VAE, read from its weights.
+
+The config is inferred from key names and tensor shapes (as comfy/model_detection.py does for the
+transformer), never from a table of known sizes. It does not load files; see checkpoint.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import CheckpointLayoutError, ConfigError
+
+# Per-channel statistics of the Wan 2.1 latent space (Wan2.1 wan/modules/vae.py, WanVAE.__init__).
+# Diffusion models work on (z - mean) / std; the VAE decodes z.
+WAN21_LATENT_MEAN: tuple[float, ...] = (
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+)  # fmt: skip
+WAN21_LATENT_STD: tuple[float, ...] = (
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+)  # fmt: skip
+
+_BLOCK_KEY = re.compile(r"^encoder\.downsamples\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class WanVAEConfig:
+    dim: int = 96  # base channel count; stage channels are dim * dim_mult[i]
+    z_dim: int = 16  # latent channels
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2  # per encoder stage; decoder stages have one more
+    attn_scales: tuple[float, ...] = ()  # spatial scales (1, 1/2, ...) with an attention block; none in Wan 2.1
+    temporal_downsample: tuple[bool, ...] = (False, True, True)  # per encoder down stage; decoder mirrors it
+    latent_mean: tuple[float, ...] = WAN21_LATENT_MEAN
+    latent_std: tuple[float, ...] = WAN21_LATENT_STD
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dim_mult", tuple(int(m) for m in self.dim_mult))
+        object.__setattr__(self, "attn_scales", tuple(float(s) for s in self.attn_scales))
+        object.__setattr__(self, "temporal_downsample", tuple(bool(t) for t in self.temporal_downsample))
+        if len(self.temporal_downsample) != len(self.dim_mult) - 1:
+            raise ConfigError(
+                f"temporal_downsample has {len(self.temporal_downsample)} entries but dim_mult "
+                f"{self.dim_mult} has {len(self.dim_mult) - 1} down stages; they must match"
+            )
+        if len(self.latent_mean) != self.z_dim or len(self.latent_std) != self.z_dim:
+            raise ConfigError(
+                f"latent_mean/latent_std have {len(self.latent_mean)}/{len(self.latent_std)} entries, "
+                f"expected z_dim={self.z_dim}"
+            )
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent along H and W (8 for Wan 2.1)."""
+        return 2 ** (len(self.dim_mult) - 1)
+
+    @property
+    def temporal_compression(self) -> int:
+        """Pixel frames per latent frame after the first (4 for Wan 2.1)."""
+        return 2 ** sum(self.temporal_downsample)
+
+    def num_frames(self, num_latent_frames: int) -> int:
+        """Pixel frames decoded from F latent frames: the causal rule 1 + 4·(F − 1)."""
+        return 1 + self.temporal_compression * (num_latent_frames - 1) if num_latent_frames else 0
+
+    def num_latent_frames(self, num_frames: int) -> int:
+        """Latent frames encoded from T pixel frames; T must be 1 + 4·k."""
+        k, rem = divmod(num_frames - 1, self.temporal_compression)
+        if num_frames < 1 or rem:
+            raise ConfigError(
+                f"{num_frames} frames cannot be encoded: the causal VAE needs 1 + "
+                f"{self.temporal_compression}·k frames (e.g. {1 + self.temporal_compression * max(k, 0)} or "
+                f"{1 + self.temporal_compression * (max(k, 0) + 1)})"
+            )
+        return 1 + k
+
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, torch.Tensor], **overrides) -> WanVAEConfig:
+        """Infer the architecture from canonical (original Wan) key names and shapes.
+
+        The encoder's flat `downsamples` list is walked in order: residual blocks (`residual.2`),
+        attention blocks (`to_qkv`) and resamples (`resample.1`, plus `time_conv` when temporal)
+        give the stage layout, from which dim_mult, num_res_blocks and attn_scales follow.
+        """
+        for probe in ("encoder.conv1.weight", "conv2.weight", "decoder.conv1.weight"):
+            if probe not in sd:
+                raise CheckpointLayoutError(f"VAE state dict has no '{probe}'; cannot infer the Wan VAE config")
+        dim = int(sd["encoder.conv1.weight"].shape[0])
+        z_dim = int(sd["conv2.weight"].shape[0])
+        kinds: dict[int, str] = {}
+        for key in sd:
+            m = _BLOCK_KEY.match(key)
+            if m is None:
+                continue
+            idx, rest = int(m.group(1)), m.group(2)
+            kind = "res" if rest.startswith(("residual.", "shortcut.")) else "attn" if rest.startswith(
+                ("to_qkv.", "proj.", "norm.")) else "resample"
+            kinds[idx] = kind
+        if sorted(kinds) != list(range(len(kinds))) or not kinds:
+            raise CheckpointLayoutError(f"encoder.downsamples indices are not contiguous: {sorted(kinds)}")
+        stages: list[list[int]] = [[]]  # residual block indices per stage
+        stage_attn: list[bool] = [False]
+        temporal: list[bool] = []
+        for idx in range(len(kinds)):
+            if kinds[idx] == "res":
+                stages[-1].append(idx)
+            elif kinds[idx] == "attn":
+                stage_attn[-1] = True
+            else:
+                temporal.append(f"encoder.downsamples.{idx}.time_conv.weight" in sd)
+                stages.append([])
+                stage_attn.append(False)
+        num_res = {len(s) for s in stages}
+        if len(num_res) != 1:
+            raise CheckpointLayoutError(f"encoder stages have different residual block counts: {[len(s) for s in stages]}")
+        dim_mult = tuple(int(sd[f"encoder.downsamples.{s[-1]}.residual.6.weight"].shape[0]) // dim for s in stages)
+        attn_scales = tuple(1.0 / 2**i for i, has in enumerate(stage_attn) if has)
+        return cls(dim=dim, z_dim=z_dim, dim_mult=dim_mult, num_res_blocks=num_res.pop(), attn_scales=attn_scales,
+                   temporal_downsample=tuple(temporal), **overrides)

@@ -1,0 +1,249 @@
+"""The Wan 2.1 causal 3D VAE: encoder, decoder, latent normalisation, and loading from any known layout.
+
+Our own implementation of the architecture described in tests/fixtures/README.md §2 (module names
+follow the original Wan keys so checkpoints load unchanged). Temporal state is an explicit
+`CausalConvCache` threaded through `decode_step`/`encode_step`; streaming sessions that hold one
+live in streaming.py. Latents in and out of the public methods are normalised, (z − mean) / std.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import CheckpointLayoutError, ShapeMismatchError
+from .checkpoint import load_vae_state_dict
+from .config import WanVAEConfig
+from .layers import (
+    AttentionBlock,
+    CausalConv3d,
+    CausalConvCache,
+    Downsample,
+    ResidualBlock,
+    RMSNorm,
+    Upsample,
+    assign_cache_keys,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _run(layers: nn.ModuleList, x: Tensor, cache: CausalConvCache) -> Tensor:
+    for layer in layers:
+        x = layer(x, cache) if not isinstance(layer, nn.SiLU) else layer(x)
+    return x
+
+
+class _Head(nn.ModuleList):
+    """RMS_norm, SiLU, causal conv; indexed 0/1/2 like the reference's head Sequential."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__([RMSNorm(in_dim, 3), nn.SiLU(), CausalConv3d(in_dim, out_dim, 3, padding=1)])
+
+    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+        return self[2](self[1](self[0](x)), cache)
+
+
+class Encoder3d(nn.Module):
+    """Pixels (B, 3, T, H, W) → 2·z_dim channels at (1 + (T−1)/4, H/8, W/8)."""
+
+    def __init__(self, cfg: WanVAEConfig) -> None:
+        super().__init__()
+        dims = [cfg.dim * m for m in (1, *cfg.dim_mult)]
+        self.conv1 = CausalConv3d(3, dims[0], 3, padding=1)
+        layers: list[nn.Module] = []
+        scale = 1.0
+        for i, (in_dim, out_dim) in enumerate(itertools.pairwise(dims)):
+            for _ in range(cfg.num_res_blocks):
+                layers.append(ResidualBlock(in_dim, out_dim))
+                if scale in cfg.attn_scales:
+                    layers.append(AttentionBlock(out_dim))
+                in_dim = out_dim
+            if i < len(cfg.temporal_downsample):
+                layers.append(Downsample(out_dim, temporal=cfg.temporal_downsample[i]))
+                scale /= 2.0
+        self.downsamples = nn.ModuleList(layers)
+        self.middle = nn.ModuleList([ResidualBlock(dims[-1], dims[-1]), AttentionBlock(dims[-1]),
+                                     ResidualBlock(dims[-1], dims[-1])])
+        self.head = _Head(dims[-1], 2 * cfg.z_dim)
+
+    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+        x = self.conv1(x, cache)
+        x = _run(self.downsamples, x, cache)
+        x = _run(self.middle, x, cache)
+        return self.head(x, cache)
+
+
+class Decoder3d(nn.Module):
+    """z_dim channels (B, z, F, h, w) → pixels (B, 3, T, 8h, 8w); T = 1 + 4·(F − 1) for a fresh cache."""
+
+    def __init__(self, cfg: WanVAEConfig) -> None:
+        super().__init__()
+        mults = cfg.dim_mult[::-1]
+        dims = [cfg.dim * m for m in (mults[0], *mults)]
+        temporal_upsample = cfg.temporal_downsample[::-1]
+        self.conv1 = CausalConv3d(cfg.z_dim, dims[0], 3, padding=1)
+        self.middle = nn.ModuleList([ResidualBlock(dims[0], dims[0]), AttentionBlock(dims[0]),
+                                     ResidualBlock(dims[0], dims[0])])
+        layers: list[nn.Module] = []
+        scale = 1.0 / 2 ** (len(cfg.dim_mult) - 2)
+        in_dim = dims[0]
+        for i, out_dim in enumerate(dims[1:]):
+            for _ in range(cfg.num_res_blocks + 1):
+                layers.append(ResidualBlock(in_dim, out_dim))
+                if scale in cfg.attn_scales:
+                    layers.append(AttentionBlock(out_dim))
+                in_dim = out_dim
+            if i < len(temporal_upsample):
+                layers.append(Upsample(out_dim, temporal=temporal_upsample[i]))
+                in_dim = out_dim // 2  # the upsample's conv halves the channels
+                scale *= 2.0
+        self.upsamples = nn.ModuleList(layers)
+        self.head = _Head(dims[-1], 3)
+
+    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+        x = self.conv1(x, cache)
+        x = _run(self.middle, x, cache)
+        x = _run(self.upsamples, x, cache)
+        return self.head(x, cache)
+
+
+class WanVAE(nn.Module):
+    """Wan 2.1 VAE. `encode`/`decode` take and return normalised latents (B, z_dim, F, h, w)."""
+
+    def __init__(self, config: WanVAEConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder3d(config)
+        self.conv1 = CausalConv3d(2 * config.z_dim, 2 * config.z_dim, 1)  # mu ‖ log_var
+        self.conv2 = CausalConv3d(config.z_dim, config.z_dim, 1)
+        self.decoder = Decoder3d(config)
+        assign_cache_keys(self)
+        # fp32 buffers: normalisation stays exact whatever dtype the convs run in.
+        self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32), persistent=False)
+        self.register_buffer("latent_std", torch.tensor(config.latent_std, dtype=torch.float32), persistent=False)
+
+    # ---- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, Tensor], source: str = "state dict", **config_overrides) -> WanVAE:
+        """Build from canonical (original Wan) keys; config inferred from names and shapes."""
+        model = cls(WanVAEConfig.from_state_dict(sd, **config_overrides))
+        expected = model.state_dict()
+        missing = sorted(set(expected) - set(sd))
+        unexpected = sorted(set(sd) - set(expected))
+        wrong = [f"{k} {tuple(sd[k].shape)} (expected {tuple(v.shape)})"
+                 for k, v in expected.items() if k in sd and sd[k].shape != v.shape]
+        if missing or unexpected or wrong:
+            raise CheckpointLayoutError(
+                f"{source}: Wan VAE weights do not match the architecture inferred from them "
+                f"({model.config}). Missing {missing[:5]} ({len(missing)}), unexpected {unexpected[:5]} "
+                f"({len(unexpected)}), wrong shapes {wrong[:5]}."
+            )
+        model.load_state_dict({k: v.float() for k, v in sd.items()})
+        return model
+
+    @classmethod
+    def from_file(cls, path: str | Path, device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32) -> WanVAE:
+        """Load ComfyUI `models/vae/wan_2.1_vae.safetensors`, `Wan2.1_VAE.pth`, diffusers or fixture weights."""
+        sd, layout = load_vae_state_dict(path)
+        model = cls.from_state_dict(sd, source=str(path))
+        logger.info("loaded Wan VAE from %s (%s layout, dim %d, z_dim %d)", path, layout, model.config.dim,
+                    model.config.z_dim)
+        return model.to(device=device, dtype=dtype).eval()
+
+    # ---- normalisation ------------------------------------------------------------------------
+    def _stats(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        shape = (1, -1, 1, 1, 1)
+        inv_std = 1.0 / self.latent_std  # float32 reciprocal, as the reference computes it
+        return self.latent_mean.view(shape).to(like.device), inv_std.view(shape).to(like.device)
+
+    def denormalise(self, z: Tensor) -> Tensor:
+        """Normalised latents → VAE latents: z / (1/std) + mean, in float32 (the reference's order)."""
+        mean, inv_std = self._stats(z)
+        return z.float() / inv_std + mean
+
+    def normalise(self, mu: Tensor) -> Tensor:
+        """VAE latents → normalised: (mu − mean) · (1/std), in float32."""
+        mean, inv_std = self._stats(mu)
+        return (mu.float() - mean) * inv_std
+
+    # ---- stepwise primitives (the streaming building blocks) ---------------------------------
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.conv2.weight.dtype
+
+    def _check(self, x: Tensor, channels: int, what: str) -> None:
+        if x.ndim != 5 or x.shape[1] != channels:
+            raise ShapeMismatchError(f"{what} must be [B, {channels}, T, H, W], got {list(x.shape)}")
+
+    @torch.no_grad()
+    def decode_step(self, z: Tensor, cache: CausalConvCache, latent_frames_per_step: int | None = None
+                    ) -> tuple[Tensor, CausalConvCache]:
+        """Decode normalised latents (B, z_dim, f, h, w) given the cache of everything decoded before.
+
+        Returns the new pixel frames (B, 3, T, 8h, 8w) in [-1, 1] (not clamped) and the advanced cache;
+        the cache passed in is not modified. `latent_frames_per_step` bounds peak memory by decoding
+        in slices; any slicing gives the same frames.
+        """
+        self._check(z, self.config.z_dim, "latents")
+        cache = cache.fork()
+        x = self.conv2(self.denormalise(z).to(self.dtype))
+        step = latent_frames_per_step or x.shape[2]
+        outs = [self.decoder(x[:, :, i:i + step], cache) for i in range(0, x.shape[2], step)]
+        return torch.cat(outs, dim=2) if outs else x.new_zeros(x.shape[0], 3, 0, 1, 1), cache
+
+    @torch.no_grad()
+    def encode_step(self, video: Tensor, cache: CausalConvCache) -> tuple[Tensor, CausalConvCache]:
+        """Encode pixel frames (B, 3, t, H, W) in [-1, 1] given the cache; returns normalised mu and the new cache.
+
+        The first call must start with 1 frame and later calls should carry multiples of 4 (the
+        temporal stride), as `StreamEncoder` arranges; then every call yields whole latent frames.
+        """
+        self._check(video, 3, "video")
+        cache = cache.fork()
+        h = self.encoder(video.to(self.dtype), cache)
+        mu = self.conv1(h)[:, : self.config.z_dim]  # log_var (the other half) is not needed
+        return self.normalise(mu), cache
+
+    # ---- whole-sequence API -------------------------------------------------------------------
+    def decode(self, z: Tensor, latent_frames_per_step: int | None = 1) -> Tensor:
+        """Full causal decode of normalised latents (B, z_dim, F, h, w) → pixels (B, 3, 1 + 4(F−1), 8h, 8w)."""
+        pixels, _ = self.decode_step(z, CausalConvCache(), latent_frames_per_step)
+        return pixels
+
+    def encode(self, video: Tensor, frames_per_step: int | None = None) -> Tensor:
+        """Encode pixels (B, 3, 1 + 4k, H, W) in [-1, 1] → normalised mu (B, z_dim, 1 + k, H/8, W/8).
+
+        Frame 0 goes alone, then `frames_per_step` frames at a time (a multiple of 4; default all),
+        which bounds memory without changing the result.
+        """
+        self.config.num_latent_frames(video.shape[2])  # raises with the valid counts
+        stride = self.config.temporal_compression
+        step = frames_per_step or max(video.shape[2] - 1, stride)
+        if step % stride:
+            raise ShapeMismatchError(f"frames_per_step={frames_per_step} must be a multiple of {stride}")
+        cache, outs = CausalConvCache(), []
+        bounds = [0, 1, *range(1 + step, video.shape[2], step), video.shape[2]]
+        for start, end in itertools.pairwise(bounds):
+            if end > start:
+                mu, cache = self.encode_step(video[:, :, start:end], cache)
+                outs.append(mu)
+        return torch.cat(outs, dim=2)
+
+    def stream_decoder(self, **kwargs):
+        """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`."""
+        from .streaming import StreamDecoder
+
+        return StreamDecoder(self, **kwargs)
+
+    def stream_encoder(self):
+        """A `StreamEncoder` session: feed frames as they arrive, get latents as soon as they are whole."""
+        from .streaming import StreamEncoder
+
+        return StreamEncoder(self)
