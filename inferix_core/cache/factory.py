@@ -1,16 +1,51 @@
-"""Pick the cache implementation a KVCacheConfig asks for."""
+"""Pick the cache implementation a KVCacheConfig asks for: one table, read top to bottom.
+
+As vLLM's `spec_manager_map`: the kind is decided from the config alone (`cache_kind`), and the table maps
+the kind to a constructor. The defaults (no paging, offload or quantization) keep the RingKVCache path.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 from ..errors import BackendUnavailableError
+from .offload import OffloadedKVCache
+from .paged import PagedKVCache
+from .quant import QuantizedKVCache
 from .ring import RingKVCache
 from .spec import KVCacheConfig, KVCacheSpec
 
+log = logging.getLogger(__name__)
+
+CACHE_KINDS: dict[str, Callable[[KVCacheConfig, KVCacheSpec], object]] = {
+    "ring": RingKVCache,  # resident ring, slices with host ints (default)
+    "paged": PagedKVCache,  # resident pages + page table (page_frames > 0)
+    "offload": OffloadedKVCache,  # pages in pinned CPU memory, prefetched layer by layer
+    "quant": QuantizedKVCache,  # int8 / int4 pages with a full-precision residual window
+}
+
+
+def cache_kind(config: KVCacheConfig, spec: KVCacheSpec | None = None) -> str:
+    """Which entry of CACHE_KINDS serves `config` (offload="auto" needs the spec to compare with the budget)."""
+    if config.quantization != "none":
+        if config.offload == "always":
+            raise BackendUnavailableError(
+                "quantized pages cannot be offloaded yet; use offload='off' with quantization, "
+                "or quantization='none' with offload"
+            )
+        return "quant"
+    if config.offload == "always":
+        return "offload"
+    if config.offload == "auto" and config.gpu_budget_bytes is not None and spec is not None:
+        from .offload import offload_layout
+
+        if offload_layout(config, spec).num_offloaded > 0:
+            return "offload"
+        log.info("offload='auto': the whole KV cache fits gpu_budget_bytes; keeping it resident")
+    return "paged" if config.page_frames > 0 else "ring"
+
 
 def build_cache(config: KVCacheConfig, spec: KVCacheSpec):
-    if config.offload == "off" and config.quantization == "none" and config.page_frames == 0:
-        return RingKVCache(config, spec)
-    raise BackendUnavailableError(
-        f"KV cache with offload={config.offload!r}, quantization={config.quantization!r}, "
-        f"page_frames={config.page_frames} is not available in this build; use the defaults"
-    )
+    """Construct the implementation `cache_kind` picks."""
+    return CACHE_KINDS[cache_kind(config, spec)](config, spec)

@@ -15,7 +15,10 @@ before they are stored), so reading slots in ring order gives the same result.
 With window = −1 (global attention) the ring never wraps: slot = frame, and the buffer is sized for
 the run's known length (grown, with a log line, if a stream runs longer).
 
-All indices are host-side Python ints: no `.item()` and no device→host sync anywhere in a step.
+All indices are host-side Python ints: no `.item()` and no device→host sync anywhere in a step. The
+write goes through `index_copy_` with a device slot index committed once per block (table.DeviceIndex,
+a non-blocking copy from pinned memory), so the same kernels with the same tensor storage run at
+every step: a block step can be captured in a CUDA graph once the window is full.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..errors import ConfigError
 from .spec import KVCacheConfig, KVCacheSpec
+from .table import DeviceIndex
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +79,8 @@ class RingKVCache:
         self._views = [LayerKV(self, i) for i in range(spec.num_layers)]
         self.end_frame = 0  # frames [0, end_frame) have been written at least once
         self._runs: list[_Run] = []
+        self._write_index = DeviceIndex(spec.device, capacity=spec.block_frames * spec.frame_tokens)
+        self._w: torch.Tensor | None = None
         self._valid_tokens = 0
         self._num_tokens = 0
         self.num_evictions = 0  # frames dropped from the window, counted once per frame
@@ -119,6 +126,9 @@ class RingKVCache:
             else:
                 runs.append(_Run(dst, i * ft, ft))
         self._runs = runs
+        self._w = self._write_index.load(
+            np.concatenate([np.arange(r.dst, r.dst + r.length, dtype=np.int64) for r in runs])
+        )
         self._num_tokens = num_frames * ft
         self._valid_tokens = min(self.end_frame, self.capacity_frames) * ft
         self.num_calls += 1
@@ -128,9 +138,9 @@ class RingKVCache:
         if k.shape[1] != self._num_tokens:
             raise ConfigError(f"KV cache expected {self._num_tokens} new tokens (from begin()), got {k.shape[1]}")
         kb, vb = self.k[layer], self.v[layer]
-        for run in self._runs:
-            kb[:, run.dst : run.dst + run.length] = k[:, run.src : run.src + run.length]
-            vb[:, run.dst : run.dst + run.length] = v[:, run.src : run.src + run.length]
+        # runs are consecutive in the source, so the index lists destination slots in source order
+        kb.index_copy_(1, self._w, k.to(kb.dtype))
+        vb.index_copy_(1, self._w, v.to(vb.dtype))
         n = self._valid_tokens
         return kb[:, :n], vb[:, :n]
 

@@ -1,0 +1,254 @@
+"""Memory planner: from model, resolution, window, batch and a GPU budget to a cache configuration.
+
+`plan_memory` estimates the GPU bytes of the transformer weights, the KV cache, one block call's
+activations and the VAE's streaming decode, then keeps the requested cache configuration if it fits or
+picks the first feasible alternative (offload, then int8, then int4 pages, then a shorter window:
+exactness first). It allocates nothing. KV cache bytes are exact (the same formulas the stores
+allocate with); activations and VAE are estimates (see docs/kv_cache.md, "Memory formulas").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import CacheBudgetError, ConfigError
+from .offload import offload_layout
+from .paged import planned_pages
+from .quant import BITS
+from .spec import KVCacheConfig, KVCacheSpec
+
+log = logging.getLogger(__name__)
+
+GiB = 1024**3
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _elem(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+@dataclass
+class CacheCost:
+    """GPU and host bytes of one cache configuration, and how the GPU bytes were counted."""
+
+    kind: str
+    device_bytes: int
+    host_bytes: int
+    formula: str
+
+
+def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
+    """Bytes the cache of `config` allocates for `spec` (same arithmetic as ring/paged/offload/quant)."""
+    from .factory import cache_kind
+
+    s = spec
+    elem = _elem(s.dtype)
+    frame_layer = 2 * s.batch_size * s.frame_tokens * s.num_heads * s.head_dim * elem  # K and V of one frame
+    kind = cache_kind(config, spec)
+    if config.is_global and not s.max_frames:
+        raise ConfigError("planning a global-attention cache (window_frames=-1) needs the run length (max_frames)")
+    shape = f"{s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}, K and V, {_DTYPE_NAMES.get(s.dtype, s.dtype)}"
+    if kind == "ring":
+        frames = s.max_frames if config.is_global else config.window_frames
+        return CacheCost(kind, s.num_layers * frames * frame_layer, 0, f"{s.num_layers} layers × {frames} frames × {shape}")
+    slots = planned_pages(config, spec) * (config.page_frames or s.block_frames)
+    if kind == "paged":
+        return CacheCost(kind, s.num_layers * slots * frame_layer, 0, f"{s.num_layers} layers × {slots} frame slots × {shape}")
+    if kind == "offload":
+        lay = offload_layout(config, spec)
+        return CacheCost(
+            kind, lay.device_bytes, lay.host_bytes,
+            f"({len(lay.resident)} resident + {lay.num_staging} staging) layers × {slots} frame slots × {shape}; "
+            f"{lay.num_offloaded} layers in pinned host memory",
+        )
+    bits = BITS[config.quantization]
+    sb = 4 if s.dtype == torch.float32 else 2
+    b, t, h, d = s.batch_size, s.frame_tokens, s.num_heads, s.head_dim
+    page = 2 * b * t * h * d * bits // 8 + 2 * b * h * d * sb + 2 * b * t * h * sb  # codes, K and V scale/zero
+    sink = 0 if config.is_global else config.sink_frames
+    fp = (sink + config.residual_frames) * frame_layer
+    return CacheCost(
+        kind, s.num_layers * (slots * page + fp), 0,
+        f"{s.num_layers} layers × ({slots} {config.quantization} frame slots + {sink + config.residual_frames} "
+        f"full-precision frames) × {t} tokens × {h} heads × {d}",
+    )
+
+
+@dataclass
+class MemoryPlan:
+    """What a run needs on the GPU, and the cache configuration that fits (or why none does)."""
+
+    budget_bytes: int | None
+    weights_bytes: int
+    activation_bytes: int
+    vae_bytes: int
+    requested: KVCacheConfig
+    requested_cache: CacheCost
+    chosen: KVCacheConfig | None
+    chosen_cache: CacheCost | None
+    message: str  # empty when the request fits as is
+    candidates: list[tuple[str, int, bool]] = field(default_factory=list)  # (label, device bytes, fits)
+
+    @property
+    def feasible(self) -> bool:
+        return self.chosen is not None
+
+    @property
+    def total_bytes(self) -> int:
+        cache = (self.chosen_cache or self.requested_cache).device_bytes
+        return self.weights_bytes + self.activation_bytes + self.vae_bytes + cache
+
+    def check(self) -> KVCacheConfig:
+        """The configuration to run with; raises CacheBudgetError when nothing fits."""
+        if self.chosen is None:
+            raise CacheBudgetError(self.message)
+        return self.chosen
+
+    def describe(self) -> str:
+        rows = [
+            ("transformer weights", self.weights_bytes),
+            ("activations (one block call, est.)", self.activation_bytes),
+            ("VAE (streaming decode, est.)", self.vae_bytes),
+            (f"KV cache as requested ({self.requested_cache.kind})", self.requested_cache.device_bytes),
+        ]
+        if self.chosen_cache is not None and self.chosen != self.requested:
+            rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
+        lines = ["Memory plan"] + [f"  {name:<40} {_gib(n):>10}" for name, n in rows]
+        lines.append(f"  {'total on the GPU':<40} {_gib(self.total_bytes):>10}")
+        lines.append(f"  {'budget':<40} {_gib(self.budget_bytes) if self.budget_bytes else 'none':>10}")
+        lines.append(f"  cache: {(self.chosen_cache or self.requested_cache).formula}")
+        host = (self.chosen_cache or self.requested_cache).host_bytes
+        if host:
+            lines.append(f"  pinned host memory for offloaded pages: {_gib(host)}")
+        if self.message:
+            lines.append(f"  {self.message}")
+        if self.chosen is not None and self.chosen != self.requested:
+            c = self.chosen
+            lines.append(
+                f"  planned: window_frames={c.window_frames}, sink_frames={c.sink_frames}, offload={c.offload!r}, "
+                f"quantization={c.quantization!r}"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        def cfg(c: KVCacheConfig | None) -> dict | None:
+            return None if c is None else dataclasses.asdict(c)
+
+        return {
+            "budget_bytes": self.budget_bytes,
+            "weights_bytes": self.weights_bytes,
+            "activation_bytes": self.activation_bytes,
+            "vae_bytes": self.vae_bytes,
+            "requested": cfg(self.requested),
+            "requested_cache": dataclasses.asdict(self.requested_cache),
+            "chosen": cfg(self.chosen),
+            "chosen_cache": None if self.chosen_cache is None else dataclasses.asdict(self.chosen_cache),
+            "total_bytes": self.total_bytes,
+            "feasible": self.feasible,
+            "message": self.message,
+            "candidates": [list(c) for c in self.candidates],
+        }
+
+
+def plan_memory(
+    model_config,
+    latent_h: int,
+    latent_w: int,
+    cache_config: KVCacheConfig,
+    batch: int = 1,
+    dtype: torch.dtype = torch.bfloat16,
+    budget_bytes: int | None = None,
+    vae_dim: int = 96,
+    block_frames: int = 3,
+    max_frames: int | None = None,
+) -> MemoryPlan:
+    """Plan GPU memory for a run; see the module docstring.
+
+    Args:
+        model_config: WanConfig (num_layers, num_heads, head_dim, dim, ffn_dim, patch_size, parameters).
+        latent_h, latent_w: latent size (pixels / 8); 60 × 104 for 480 × 832.
+        cache_config: the requested cache settings.
+        budget_bytes: GPU bytes the run may use; None = unlimited (the plan only reports).
+        vae_dim: base channel count of the VAE decoder (96 for Wan 2.1).
+        max_frames: run length in latent frames, needed for global attention (window_frames=-1).
+    """
+    cfg = model_config
+    elem = _elem(dtype)
+    ft = cfg.frame_tokens(latent_h, latent_w)
+    spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, ft, block_frames, batch, dtype, "meta", max_frames)
+    cache_config.check_block(block_frames)
+    weights = cfg.num_parameters() * elem
+    # one call: n query tokens against a span of `span` tokens (memory-efficient SDPA: no score matrix)
+    n = batch * block_frames * ft
+    span_frames = max_frames if cache_config.is_global else cache_config.window_frames
+    span = batch * (span_frames or block_frames) * ft
+    acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 16 * 2 * n * cfg.dim  # + RoPE f64
+    if cache_config.quantization != "none":
+        acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
+    # VAE: weights scale with dim² (127M params at 96); decode of one latent frame → 4 frames at full size
+    vae_params = int(127e6 * (vae_dim / 96) ** 2)
+    vae = vae_params * elem + 8 * batch * vae_dim * 4 * (8 * latent_h) * (8 * latent_w) * elem
+    fixed = weights + acts + vae
+    requested_cost = cache_cost(cache_config, spec)
+    plan = MemoryPlan(budget_bytes, weights, acts, vae, cache_config, requested_cost, cache_config, requested_cost, "")
+    if budget_bytes is None or fixed + requested_cost.device_bytes <= budget_bytes:
+        return plan
+    avail = budget_bytes - fixed
+    # alternatives, exactness first: offload keeps results bitwise, quantization changes them a little,
+    # a shorter window changes what the model sees
+    options: list[tuple[str, KVCacheConfig]] = []
+    if avail > 0:
+        options.append(("offload", dataclasses.replace(cache_config, offload="auto", gpu_budget_bytes=avail,
+                                                       quantization="none")))
+    base = dataclasses.replace(cache_config, offload="off", gpu_budget_bytes=None)
+    options += [("int8", dataclasses.replace(base, quantization="int8")),
+                ("int4", dataclasses.replace(base, quantization="int4"))]
+    window = _largest_window(base, spec, avail)
+    if window is not None:
+        options.append((f"window_frames={window}", dataclasses.replace(base, window_frames=window)))
+    plan.chosen, plan.chosen_cache = None, None
+    for label, option in options:
+        try:
+            cost = cache_cost(option, spec)
+        except CacheBudgetError:  # offload cannot even fit its two staging layers
+            plan.candidates.append((label, -1, False))
+            continue
+        fits = cost.device_bytes <= avail
+        plan.candidates.append((label, cost.device_bytes, fits))
+        if fits and plan.chosen is None:
+            plan.chosen, plan.chosen_cache = option, cost
+    hints = []
+    if window is not None and window != cache_config.window_frames:
+        hints.append(f"lower window_frames to {window}")
+    hints += ["set quantization='int8'", "or enable offload"]
+    left = f"{_gib(avail)}" if avail > 0 else f"nothing ({_gib(-avail)} short before the cache)"
+    plan.message = (
+        f"KV cache needs {_gib(requested_cost.device_bytes)} ({requested_cost.formula}) but the budget of "
+        f"{_gib(budget_bytes)} leaves {left} for it (weights {_gib(weights)}, activations {_gib(acts)}, "
+        f"VAE {_gib(vae)}). {', '.join(hints).capitalize()}."
+    )
+    if plan.chosen is None:
+        plan.message += " None of these fits: " + "; ".join(
+            f"{lab} needs {_gib(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
+            for lab, b, _ in plan.candidates
+        ) + "."
+    log.info("%s", plan.message)
+    return plan
+
+
+def _largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int | None:
+    """Largest resident window (≥ sink + block) whose cache fits `avail` bytes, or None."""
+    top = spec.max_frames if config.is_global else config.window_frames
+    lowest = config.sink_frames + spec.block_frames
+    for w in range((top or lowest) - 1, lowest - 1, -1):
+        if cache_cost(dataclasses.replace(config, window_frames=w), spec).device_bytes <= avail:
+            return w
+    return None

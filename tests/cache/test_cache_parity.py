@@ -1,0 +1,109 @@
+"""Every cache kind reproduces every reference fixture (tests/fixtures/causal_wan_*.safetensors) within 1e-4.
+
+Same approach as tests/pipeline/test_parity.py (fixtures discovered by glob, settings from metadata), with
+the cache implementation as a second parameter. Quantized kinds are not exact and are tested for their
+error bounds in test_quant.py instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from inferix_core.cache import KVCacheConfig
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
+from inferix_core.models.wan.config import WanConfig
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
+from tests.fixture_utils import fixture_files, fixture_weights, read_fixture
+
+ATOL = 1e-4
+FILES = fixture_files("causal_wan_*.safetensors")
+
+# kind name → overrides of the fixture's KVCacheConfig (window and sink come from the fixture)
+KINDS = {
+    "ring": {},
+    "paged": {"page_frames": 3},
+    "paged_p2": {"page_frames": 2},  # pages straddle blocks and the sink boundary
+    "offload_all": {"offload": "always"},
+    "offload_p1": {"offload": "always", "page_frames": 1},
+}
+# (a budget that keeps some layers resident and offloads others needs more than the fixtures' 2 layers:
+# tests/cache/test_rollout.py covers it with a 4-layer model)
+
+
+class FixtureNoise:
+    """Feeds the stored initial and re-noise tensors instead of drawing."""
+
+    def __init__(self, tensors: dict):
+        self.t = tensors
+
+    def initial(self, start_frame, shape):
+        return self.t["noise"][:, start_frame : start_frame + shape[1]]
+
+    def step(self, block, step, shape):
+        return self.t[f"block{block}.step{step}.noise"]
+
+
+class Recorder(PipelineHooks):
+    def __init__(self):
+        self.x0 = {}
+
+    def on_step(self, index, step, x0):
+        self.x0[(index, step)] = x0.clone()
+
+
+def build(path):
+    info, tensors = read_fixture(path)
+    model = CausalWanTransformer(WanConfig.from_dict(info["config"]))
+    model.load_state_dict(fixture_weights(path, info, tensors), strict=True)
+    p = info["pipeline"]
+    sampling = SamplingConfig(
+        denoising_steps=tuple(p["denoising_step_list"]),
+        warp_denoising_steps=p["warp_denoising_step"],
+        shift=p["timestep_shift"],
+        num_train_timesteps=p["num_train_timesteps"],
+        block_frames=p["num_frame_per_block"],
+        context_noise=p["context_noise"],
+        independent_first_frame=p["independent_first_frame"],
+    )
+    window = p["local_attn_size"]
+    cache = KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
+    return info, tensors, model.eval(), sampling, cache
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_cache_parity(path, kind):
+    info, t, model, sampling, base = build(path)
+    cache_cfg = dataclasses.replace(base, **KINDS[kind])
+    p = info["pipeline"]
+    B, _F, _C, H, W = p["latent_shape"]
+    pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
+    rec = Recorder()
+    req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"],
+                            batch_size=B, noise=FixtureNoise(t))
+    out, kv_after, attended, global_end = [], {}, [], []
+    for block in pipe.stream(req, rec):
+        out.append(block.latents)
+        kv_after[block.index] = pipe.kv_cache.logical_kv(0)
+        attended.append(pipe.kv_cache.attended_tokens)
+        global_end.append(pipe.kv_cache.end_frame * p["frame_seq_length"])
+    cache = pipe.kv_cache
+    if kind.startswith("offload"):
+        assert type(cache).__name__ == "OffloadedKVCache"
+        assert cache.stats()["offloaded_bytes"] > 0
+    torch.testing.assert_close(torch.cat(out, dim=1), t["output_latents"], atol=ATOL, rtol=0)
+    for b in range(p["num_blocks"]):
+        for s in range(len(p["denoising_step_list"])):
+            torch.testing.assert_close(rec.x0[(b, s)], t[f"block{b}.step{s}.x0_pred"], atol=ATOL, rtol=0)
+        if f"kv_cache.layer0.after_block{b}.k" in t:
+            k, v = kv_after[b]
+            torch.testing.assert_close(k, t[f"kv_cache.layer0.after_block{b}.k"], atol=ATOL, rtol=0)
+            torch.testing.assert_close(v, t[f"kv_cache.layer0.after_block{b}.v"], atol=ATOL, rtol=0)
+    tr = info["trace"]
+    assert attended == tr["local_end_after_block_layer0"]
+    assert global_end == tr["global_end_after_block_layer0"]
+    assert cache.num_eviction_events == tr["evictions_per_layer"]
+    assert cache.num_calls == tr["model_calls"]
