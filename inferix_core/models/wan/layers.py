@@ -9,6 +9,7 @@ stops at 1024 positions per axis; for positions < 1024 the values are identical)
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -26,10 +27,12 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.LayerNorm):
-    """LayerNorm computed in float32 and returned in the input dtype."""
+    """LayerNorm computed in float32 (affine parameters too) and returned in the input dtype."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.float()).type_as(x)
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).type_as(x)
 
 
 def sinusoidal_embedding(dim: int, position: torch.Tensor) -> torch.Tensor:
