@@ -169,6 +169,7 @@ class BlockDiffusionPipeline:
             device=device,
             max_frames=total_frames,
         )
+        self.kv_cache = None  # release the previous run's cache before allocating the next one
         cache = create_kv_cache(self.cache_config, spec)
         self.kv_cache = cache
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
