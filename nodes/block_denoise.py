@@ -158,6 +158,11 @@ class InferixBlockDenoise(io.ComfyNode):
         block_s = seconds_per_block(world_model, sampling)
         if seconds > 0:
             num_blocks = max(1, math.ceil(seconds / block_s - 1e-9))
+        if prompt_schedule is not None:  # fail before any model work; same block rule as generate_video
+            late = [t for t, _ in prompt_schedule.entries if round(t / block_s) >= num_blocks]
+            if late:
+                raise ConfigError(f"prompt at {late[0]:g} s starts after the video ends ({num_blocks * block_s:.2f} s, "
+                                  f"{num_blocks} blocks); add blocks or move the prompt earlier")
         text = prompt_schedule if prompt_schedule is not None else (
             conditioning_tensor(conditioning) if conditioning is not None else prompt)
         actions = None
@@ -165,6 +170,7 @@ class InferixBlockDenoise(io.ComfyNode):
             actions = actions_per_frame(action_schedule, num_blocks * sampling.block_frames, block_s / sampling.block_frames)
         hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
         profiler = Profiler(world_model.device)
+        profiler.on_run_start()  # temporary: generate_video times text encoding before it starts the profiler
         try:
             result = generate_video(world_model, text, num_blocks=num_blocks, width=width, height=height, seed=seed,
                                     cache=kv_cache, sampling=sampling, actions=actions, hooks=hooks, profiler=profiler)

@@ -1,0 +1,128 @@
+"""Nodes run headless through the compat layer: a whole workflow on the tiny fixture model, on CPU."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+
+
+class FixtureConditioning:
+    """A V1 test node: a seeded random CONDITIONING for the tiny model (text_dim 32, 16 tokens)."""
+
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "run"
+    CATEGORY = "test"
+
+    @classmethod
+    def INPUT_TYPES(cls):  # noqa: N802
+        return {"required": {"seed": ("INT", {"default": 0, "min": 0, "max": 100})}}
+
+    def run(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        return ([[torch.randn(1, 16, 32, generator=g), {}]],)
+
+
+def tiny_workflow() -> dict:
+    return {
+        "1": {"class_type": "InferixLoadWorldModel", "inputs": {
+            "model": "causal_wan_tiny.safetensors", "vae": "wan_vae_tiny.safetensors", "preview_decoder": "none",
+            "text_encoder": "bundled", "dtype": "fp32", "attention": "sdpa", "device": "cpu"}},
+        "2": {"class_type": "FixtureConditioning", "inputs": {"seed": 3}},
+        "3": {"class_type": "InferixKVCacheConfig", "inputs": {
+            "window_frames": 6, "sink_frames": 1, "page_frames": 0, "offload": "off", "gpu_budget_gb": 0.0,
+            "quantization": "none"}},
+        "4": {"class_type": "InferixBlockDenoise", "inputs": {
+            "world_model": ["1", 0], "conditioning": ["2", 0], "kv_cache": ["3", 0], "prompt": "", "num_blocks": 3,
+            "seconds": 0.0, "width": 96, "height": 64, "denoising_steps": "1000,750,500,250", "seed": 7}},
+        "5": {"class_type": "InferixStreamOut", "inputs": {
+            "video": ["4", 2], "fps": 16.0, "filename_prefix": "inferix/tiny", "save_frames": "png", "crf": 18}},
+        "6": {"class_type": "InferixProfileReport", "inputs": {"video": ["4", 2]}},
+    }
+
+
+def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
+    from inferix_core.workflow import execute
+
+    events = []
+    from inferix_nodes import comfy_runtime
+
+    remove = comfy_runtime.add_event_listener(lambda name, data: events.append((name, data)))
+    try:
+        result = execute(tiny_workflow(), {**node_classes, "FixtureConditioning": FixtureConditioning},
+                         output_dir=output_dir, progress=False)
+    finally:
+        remove()
+    latent, image, video = result.outputs["4"]
+    assert latent["samples"].shape == (1, 16, 9, 8, 12)  # [B, C, F, h, w]
+    assert image.dtype == torch.float32 and image.shape[1:] == (64, 96, 3) and 0 <= image.min() <= image.max() <= 1
+    assert len(video.frames) == image.shape[0]
+    mp4 = output_dir / "inferix" / "tiny_00001.mp4"
+    assert mp4.is_file() and not list(output_dir.rglob("*.partial*"))
+    assert result.ui["5"] == {"images": [{"filename": "tiny_00001.mp4", "subfolder": "inferix", "type": "output"}],
+                              "animated": [True]}
+    assert len(list((output_dir / "inferix" / "tiny_00001").glob("*.png"))) == image.shape[0]
+    assert "frames in" in result.outputs["6"][0]
+    blocks = [d for name, d in events if name == "inferix.block"]
+    assert [d["block"] for d in blocks] == [0, 1, 2] and blocks[0]["node"] == "4" and blocks[0]["preview"]
+    # a second run never overwrites the first file
+    execute(tiny_workflow(), {**node_classes, "FixtureConditioning": FixtureConditioning}, output_dir=output_dir,
+            progress=False)
+    assert (output_dir / "inferix" / "tiny_00002.mp4").is_file()
+
+
+def test_block_denoise_never_mutates_inputs_and_repeats(node_classes, models_dir, output_dir):
+    load = node_classes["InferixLoadWorldModel"]
+    denoise = node_classes["InferixBlockDenoise"]
+    (world_model,) = load().EXECUTE_NORMALIZED(
+        model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
+        text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")["result"]
+    cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1)), {"keep": 1}]]
+    kv = node_classes["InferixKVCacheConfig"]().EXECUTE_NORMALIZED(
+        window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=0.0, quantization="none")["result"][0]
+    before = (copy.deepcopy(cond), kv, {k: v.clone() for k, v in world_model.transformer.state_dict().items()},
+              world_model.sampling)
+    kwargs = dict(world_model=world_model, prompt="", num_blocks=2, seconds=0.0, width=96, height=64,
+                  denoising_steps="1000,500", seed=5, kv_cache=kv, conditioning=cond)
+    first = denoise().EXECUTE_NORMALIZED(**kwargs)["result"]
+    second = denoise().EXECUTE_NORMALIZED(**kwargs)["result"]
+    assert torch.equal(first[0]["samples"], second[0]["samples"])  # fresh cache every run
+    assert torch.equal(cond[0][0], before[0][0][0]) and cond[0][1] == before[0][0][1]
+    assert kv == before[1] and world_model.sampling == before[3]
+    assert all(torch.equal(v, before[2][k]) for k, v in world_model.transformer.state_dict().items())
+
+
+def test_prompt_schedule_past_the_end_fails_clearly(node_classes, models_dir, output_dir):
+    from inferix_core.errors import ConfigError
+
+    (world_model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(
+        model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
+        text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")["result"]
+    (schedule,) = node_classes["InferixPromptSchedule"]().EXECUTE_NORMALIZED(schedule="0 | a\n60 | b")
+    cond = torch.randn(1, 16, 32)
+    with pytest.raises(ConfigError, match="starts after the video ends"):
+        node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
+            world_model=world_model, prompt="", num_blocks=1, seconds=0.0, width=96, height=64,
+            denoising_steps="1000", seed=0, conditioning=[[cond, {}]], prompt_schedule=schedule)
+
+
+def test_quickstart_workflow_runs_headless(node_classes, output_dir):
+    """The shipped quickstart, on the bundled model (skipped until the bundled weights are installed)."""
+    from inferix_core.errors import MissingFileError
+    from inferix_core.models.registry import load_world_model
+    from inferix_core.workflow import execute
+
+    try:
+        load_world_model("bundled", device="cpu")
+    except MissingFileError as exc:
+        pytest.skip(f"bundled model not available: {exc}")
+    workflow = json.loads((WORKFLOWS / "quickstart_api.json").read_text())
+    workflow["1"]["inputs"]["device"] = "cpu"
+    result = execute(workflow, node_classes, output_dir=output_dir, progress=False)
+    assert list(output_dir.rglob("quickstart_*.mp4"))
+    assert result.outputs["3"][1].shape[0] > 0

@@ -1,0 +1,77 @@
+"""Every node declares a complete, prefixed schema, and the shim exposes it the way ComfyUI's loaders read it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+NUMBER_TYPES = {"INT", "FLOAT"}
+
+
+def all_inputs(node_class):
+    declared = node_class.INPUT_TYPES()
+    for category in ("required", "optional"):
+        for name, (kind, options) in declared.get(category, {}).items():
+            yield category, name, kind, options
+
+
+def test_ids_category_and_display_names(node_classes):
+    from inferix_nodes import NODE_DISPLAY_NAME_MAPPINGS
+
+    assert len(node_classes) == 9
+    for node_id, cls in node_classes.items():
+        assert node_id.startswith("Inferix"), node_id
+        assert cls.CATEGORY.startswith("Inferix/"), (node_id, cls.CATEGORY)
+        assert NODE_DISPLAY_NAME_MAPPINGS[node_id] and not NODE_DISPLAY_NAME_MAPPINGS[node_id].startswith("Inferix_")
+        assert cls.DESCRIPTION
+
+
+def test_every_input_and_output_has_a_tooltip(node_classes):
+    for node_id, cls in node_classes.items():
+        for _, name, _, options in all_inputs(cls):
+            assert options.get("tooltip"), f"{node_id}.{name} has no tooltip"
+        assert len(cls.OUTPUT_TOOLTIPS) == len(cls.RETURN_TYPES)
+        assert all(cls.OUTPUT_TOOLTIPS), f"{node_id} has an output without a tooltip"
+
+
+def test_numbers_have_default_min_max_step(node_classes):
+    for node_id, cls in node_classes.items():
+        for _, name, kind, options in all_inputs(cls):
+            if isinstance(kind, str) and kind in NUMBER_TYPES:
+                for key in ("default", "min", "max"):
+                    assert key in options, f"{node_id}.{name} lacks {key}"
+                assert options["min"] <= options["default"] <= options["max"], f"{node_id}.{name}"
+
+
+def test_v1_attributes_are_plain_class_attributes(node_classes):
+    """An old ComfyUI reads these directly off the class, and calls FUNCTION on an instance."""
+    for node_id, cls in node_classes.items():
+        assert isinstance(cls.RETURN_TYPES, tuple) and isinstance(cls.FUNCTION, str)
+        assert isinstance(cls.OUTPUT_NODE, bool) and isinstance(cls.CATEGORY, str)
+        assert callable(getattr(cls(), cls.FUNCTION))
+        if hasattr(cls, "VALIDATE_INPUTS"):
+            args = inspect.getfullargspec(cls.VALIDATE_INPUTS).args
+            assert args[0] == "cls" and set(args[1:]) <= {n for _, n, _, _ in all_inputs(cls)}, node_id
+
+
+def test_sockets_and_combo_lists(node_classes):
+    denoise = node_classes["InferixBlockDenoise"]
+    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO")
+    declared = denoise.INPUT_TYPES()
+    assert declared["required"]["world_model"][0] == "INFERIX_WORLD_MODEL"
+    assert declared["optional"]["kv_cache"][0] == "INFERIX_KV_CACHE_CONFIG"
+    assert declared["required"]["seed"][1]["control_after_generate"] is True
+    assert declared["hidden"] == {"unique_id": ("UNIQUE_ID",)}
+    assert node_classes["InferixKVCacheConfig"].RETURN_TYPES == ("INFERIX_KV_CACHE_CONFIG",)
+    assert node_classes["InferixLoadWorldModel"].RETURN_TYPES == ("INFERIX_WORLD_MODEL",)
+    model_choices = node_classes["InferixLoadWorldModel"].INPUT_TYPES()["required"]["model"][0]
+    assert model_choices[0] == "bundled"  # old-ComfyUI combo spelling: the list of options
+    assert node_classes["InferixStreamOut"].OUTPUT_NODE is True
+
+
+def test_shim_rejects_unknown_widget_options():
+    from inferix_nodes import io_shim as io
+
+    with pytest.raises(TypeError, match="minimum"):
+        io.Int.Input("x", minimum=0)

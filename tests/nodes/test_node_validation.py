@@ -1,0 +1,60 @@
+"""validate_inputs turns bad constants into messages that say what to change."""
+
+from __future__ import annotations
+
+
+def validate(node_classes, node_id, **inputs):
+    return node_classes[node_id].VALIDATE_INPUTS(**inputs)
+
+
+def test_resolution_must_divide_by_16(node_classes):
+    msg = validate(node_classes, "InferixBlockDenoise", width=830, height=480)
+    assert "width must be a multiple of 16" in msg and "832" in msg
+    assert "height" in validate(node_classes, "InferixBlockDenoise", width=832, height=8)
+    assert validate(node_classes, "InferixBlockDenoise", width=832, height=480) is True
+
+
+def test_blocks_out_of_range(node_classes):
+    assert "num_blocks must be between 1 and" in validate(node_classes, "InferixBlockDenoise", num_blocks=0)
+    assert "num_blocks" in validate(node_classes, "InferixBlockDenoise", num_blocks=100000)
+
+
+def test_denoising_steps_text(node_classes):
+    assert "comma-separated integers" in validate(node_classes, "InferixBlockDenoise", denoising_steps="1000,abc")
+    assert "decrease" in validate(node_classes, "InferixBlockDenoise", denoising_steps="250,500")
+    assert "1..1000" in validate(node_classes, "InferixBlockDenoise", denoising_steps="2000,750")
+    assert validate(node_classes, "InferixBlockDenoise", denoising_steps="") is True
+
+
+def test_linked_inputs_arrive_as_none_and_pass(node_classes):
+    """ComfyUI passes None for inputs that are links at validation time."""
+    for node_id, cls in node_classes.items():
+        if hasattr(cls, "VALIDATE_INPUTS"):
+            assert cls.VALIDATE_INPUTS() is True, node_id
+
+
+def test_missing_model_file(node_classes, models_dir):
+    msg = validate(node_classes, "InferixLoadWorldModel", model="nope.safetensors")
+    assert "'nope.safetensors' was not found in the 'diffusion_models' model folder" in msg
+    assert validate(node_classes, "InferixLoadWorldModel", model="causal_wan_tiny.safetensors",
+                    vae="wan_vae_tiny.safetensors") is True
+    assert "causal_wan_tiny.safetensors" in node_classes["InferixLoadWorldModel"].INPUT_TYPES()["required"]["model"][0]
+
+
+def test_cache_sink_must_fit_window(node_classes):
+    assert "sink_frames (6) must be smaller than window_frames (6)" in validate(
+        node_classes, "InferixKVCacheConfig", window_frames=6, sink_frames=6)
+    assert "window_frames must be -1" in validate(node_classes, "InferixKVCacheConfig", window_frames=0)
+
+
+def test_prompt_schedule_text(node_classes):
+    check = node_classes["InferixPromptSchedule"].VALIDATE_INPUTS
+    assert check(schedule="0 | a red car\n00:05 | a blue car") is True
+    assert "not after the previous line" in check(schedule="0 | a\n5 | b\n3 | c")
+    assert "must start at 0" in check(schedule="2 | a")
+    assert "line 2" in check(schedule="0 | a\nno time here")
+
+
+def test_stream_out_prefix_stays_in_output(node_classes, output_dir):
+    assert "outside the output folder" in validate(node_classes, "InferixStreamOut", filename_prefix="../../etc/x")
+    assert validate(node_classes, "InferixStreamOut", filename_prefix="inferix/video") is True

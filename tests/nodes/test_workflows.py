@@ -1,0 +1,73 @@
+"""Each shipped workflow: the UI file and its API twin describe the same graph, and both validate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+API_FILES = sorted(WORKFLOWS.glob("*_api.json"))
+USE_CASES = {"quickstart", "self_forcing_t2v", "long_video", "interactive", "low_vram", "lvbench_score"}
+
+
+def graph(workflow: dict) -> dict:
+    return {nid: (node["class_type"], node["inputs"]) for nid, node in workflow.items()}
+
+
+def test_every_use_case_ships_both_formats():
+    assert {p.name.removesuffix("_api.json") for p in API_FILES} == USE_CASES
+    for name in USE_CASES:
+        assert (WORKFLOWS / f"{name}.json").is_file()
+
+
+@pytest.fixture
+def downloaded_models(tmp_path, monkeypatch):
+    """Empty stand-ins for every file the workflows' download hints name, in $INFERIX_MODELS_DIR."""
+    for ui_file in WORKFLOWS.glob("*.json"):
+        for node in json.loads(ui_file.read_text()).get("nodes", []):
+            for model in node.get("properties", {}).get("models", []):
+                path = tmp_path / model["directory"] / model["name"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    monkeypatch.setenv("INFERIX_MODELS_DIR", str(tmp_path))
+
+
+@pytest.mark.parametrize("api_file", API_FILES, ids=lambda p: p.stem)
+def test_ui_and_api_twins_match_and_validate(api_file, node_classes, downloaded_models):
+    from inferix_core.workflow import load_workflow, validate
+
+    api = json.loads(api_file.read_text())
+    ui_file = api_file.with_name(api_file.name.replace("_api.json", ".json"))
+    assert graph(load_workflow(ui_file, node_classes)) == graph(api)
+    validate(api, node_classes)
+    assert any(node_classes[n["class_type"]].OUTPUT_NODE for n in api.values())
+
+
+@pytest.mark.parametrize("api_file", API_FILES, ids=lambda p: p.stem)
+def test_ui_files_carry_download_hints(api_file):
+    ui = json.loads(api_file.with_name(api_file.name.replace("_api.json", ".json")).read_text())
+    for node in ui["nodes"]:
+        for model in node.get("properties", {}).get("models", []):
+            assert model["url"].startswith("https://") and model["url"].endswith(model["name"])
+            assert model["directory"] in {"diffusion_models", "vae", "text_encoders", "vae_approx"}
+        names = [i["name"] for i in node["inputs"]]
+        assert len(names) == len(set(names))
+    for link_id, src, src_slot, dst, dst_slot, kind in ui["links"]:
+        nodes = {n["id"]: n for n in ui["nodes"]}
+        assert nodes[src]["outputs"][src_slot]["type"] == kind == nodes[dst]["inputs"][dst_slot]["type"]
+        assert nodes[dst]["inputs"][dst_slot]["link"] == link_id
+
+
+def test_workflows_are_up_to_date(tmp_path, monkeypatch):
+    """workflows/build.py regenerates exactly the committed files."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("workflows_build", WORKFLOWS / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    monkeypatch.setattr(build, "HERE", tmp_path)
+    build.main()
+    for produced in tmp_path.glob("*.json"):
+        assert produced.read_text() == (WORKFLOWS / produced.name).read_text(), produced.name
