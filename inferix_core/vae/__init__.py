@@ -3,9 +3,11 @@
 from .config import WAN21_LATENT_MEAN, WAN21_LATENT_STD, WanVAEConfig
 from .layers import CausalConvCache
 from .streaming import DecodeState, SpatialTiling, StreamDecoder, StreamEncoder
+from .taehv import TAEHV, TAEHVConfig, TAEHVStreamDecoder, load_preview_decoder
 from .wan_vae import WanVAE
 
 __all__ = [
+    "TAEHV",
     "WAN21_LATENT_MEAN",
     "WAN21_LATENT_STD",
     "CausalConvCache",
@@ -13,6 +15,9 @@ __all__ = [
     "SpatialTiling",
     "StreamDecoder",
     "StreamEncoder",
+    "TAEHVConfig",
+    "TAEHVStreamDecoder",
     "WanVAE",
     "WanVAEConfig",
+    "load_preview_decoder",
 ]
