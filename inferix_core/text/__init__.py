@@ -1,0 +1,5 @@
+"""Text encoders: umT5-XXL for Wan, and a prompt cache so repeated prompts are free."""
+
+from .umt5 import PromptCache, SentencePieceTokenizer, UMT5TextEncoder, clean_prompt, load_tokenizer
+
+__all__ = ["PromptCache", "SentencePieceTokenizer", "UMT5TextEncoder", "clean_prompt", "load_tokenizer"]
