@@ -27,7 +27,9 @@ class CrossAttentionCache:
     values: list[torch.Tensor]
 
 
-class SelfAttention(nn.Module):
+class _Attention(nn.Module):
+    """q/k/v/o projections with optional qk-RMSNorm over the full width, shared by both attentions."""
+
     def __init__(self, config: WanConfig):
         super().__init__()
         d = config.dim
@@ -37,6 +39,8 @@ class SelfAttention(nn.Module):
         self.norm_k = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
         self.attend = get_attention_backend("sdpa").attend
 
+
+class SelfAttention(_Attention):
     def forward(self, x, freqs, kv=None, mask=None):
         b, s, _ = x.shape
         q = self.norm_q(self.q(x)).view(b, s, self.num_heads, self.head_dim)  # (B, L, H, D)
@@ -50,16 +54,7 @@ class SelfAttention(nn.Module):
         return self.o(out.flatten(2))
 
 
-class CrossAttention(nn.Module):
-    def __init__(self, config: WanConfig):
-        super().__init__()
-        d = config.dim
-        self.num_heads, self.head_dim = config.num_heads, config.head_dim
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
-        self.norm_q = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
-        self.norm_k = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
-        self.attend = get_attention_backend("sdpa").attend
-
+class CrossAttention(_Attention):
     def context_kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b = context.shape[0]
         k = self.norm_k(self.k(context)).view(b, -1, self.num_heads, self.head_dim)
@@ -132,6 +127,8 @@ class CausalWanTransformer(nn.Module):
         # 3. output head
         self.head = Head(config)
         self.rope = RotaryEmbedding3D(config.head_dim)
+        # tokens split across ranks (inferix_core.parallel.SequenceParallel) or None; see forward steps 3–5
+        self.sequence_parallel = None
 
     # -- text ----------------------------------------------------------------------------------------
     def embed_text(self, context: torch.Tensor) -> torch.Tensor:
@@ -193,12 +190,17 @@ class CausalWanTransformer(nn.Module):
         if frame_positions is None:
             frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
         freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
+        sp = self.sequence_parallel
+        if sp is not None:  # keep this rank's tokens of every frame; the cache then stores H/N heads
+            x, freqs, kv_cache = sp.shard(self, x, freqs, grid, kv_cache)
         # 4. blocks
         for i, block in enumerate(self.blocks):
             kv = kv_cache.layer(i) if kv_cache is not None else None
             x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask)
         # 5. head + unpatchify: feature j = ((p*ph + q)*pw + r)*C_out + c lands at (c, f*pt+p, h*ph+q, w*pw+r)
         out = self.head(x, e.unflatten(0, timestep.shape).unsqueeze(2), grid[0])  # (B, F, hw, out)
+        if sp is not None:
+            out = sp.gather(out, grid)  # every rank gets the whole chunk back
         out = out.view(b, *grid, pt, ph, pw, cfg.out_dim)
         out = torch.einsum("bfhwpqrc->bcfphqwr", out)
         return out.reshape(b, cfg.out_dim, grid[0] * pt, grid[1] * ph, grid[2] * pw)
