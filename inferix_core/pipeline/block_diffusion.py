@@ -12,15 +12,18 @@ The loop yields each clean block as soon as it exists, so decoding and streaming
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
+from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,24 @@ class BlockOutput:
     is_initial: bool = False  # an initial (given) block, not generated
 
 
+@dataclass
+class StreamState:
+    """What one stream carries from block to block, held explicitly so a caller can change it at a boundary.
+
+    `BlockDiffusionPipeline.stream()` keeps one for a finite request; `InteractiveSession` keeps one open-ended
+    and swaps `text` (prompt switch) or re-writes `cache` (re-cache) between blocks.
+    """
+
+    cache: Any  # a KVCache from inferix_core.cache
+    text: Any  # CrossAttentionCache of the current prompt
+    noise: Any  # anything with initial(start_frame, shape) and step(block, step, shape)
+    latent_height: int
+    latent_width: int
+    batch_size: int = 1
+    next_frame: int = 0  # absolute index of the next block's first latent frame
+    next_block: int = 0  # index of the next generated block (the noise source counts these)
+
+
 class PipelineHooks:
     """Callbacks of the loop; subclass and override what you need (profiler, progress, previews)."""
 
@@ -105,6 +126,10 @@ class PipelineHooks:
 
     def on_block_end(self, output: BlockOutput) -> None: ...
 
+    def stage(self, name: str) -> contextlib.AbstractContextManager:
+        """Wrap a span of the block ("denoise" per step, "context_pass"); a profiler times it."""
+        return contextlib.nullcontext()
+
     def check_interrupt(self) -> None:
         """Raise InterruptedError_ to stop between steps."""
 
@@ -114,6 +139,7 @@ class BlockDiffusionPipeline:
 
     def __init__(self, model, sampling: SamplingConfig, cache_config: KVCacheConfig | None = None):
         self.model = model
+        maybe_enable_sequence_parallel(model)  # under torchrun: tokens split across ranks (docs/parallel.md)
         self.sampling = sampling
         self.cache_config = cache_config or KVCacheConfig()
         self.cache_config.check_block(sampling.block_frames)
@@ -151,71 +177,129 @@ class BlockDiffusionPipeline:
         hooks = hooks or PipelineHooks()
         self._check(request)
         cfg, n = self.model.config, self.sampling.block_frames
-        device, dtype = self.device, self.dtype
         h, w, bsz = request.latent_height, request.latent_width, request.batch_size
         num_initial = 0 if request.initial_latents is None else request.initial_latents.shape[1]
         total_frames = num_initial + request.num_blocks * n
         shape = (bsz, request.num_blocks * n, cfg.in_dim, h, w)
 
-        # 1. plan the cache
-        spec = KVCacheSpec(
-            num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
-            head_dim=cfg.head_dim,
-            frame_tokens=cfg.frame_tokens(h, w),
-            block_frames=n,
-            batch_size=bsz,
-            dtype=dtype,
-            device=device,
-            max_frames=total_frames,
-        )
-        self.kv_cache = None  # release the previous run's cache before allocating the next one
-        cache = create_kv_cache(self.cache_config, spec)
-        self.kv_cache = cache
+        # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
-
-        # 2. encode the prompt once (cross-attention K/V per layer)
+        state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
         schedule = dict(request.prompt_schedule)
-        text = self.model.prepare_context(request.context.to(device))
-
-        def call(x: torch.Tensor, t: float, start: int, nf: int) -> torch.Tensor:
-            cache.begin(start, nf)
-            timestep = torch.full((bsz, nf), t, dtype=torch.float32, device=device)
-            action = self._actions(request, start, nf)
-            flow = self.model(x.permute(0, 2, 1, 3, 4).to(dtype), timestep, text, cache, start, action=action)
-            return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
 
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
-        start = 0
         for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
             t0 = time.perf_counter()
-            latents = request.initial_latents[:, a:b].to(device)
-            call(latents, float(self.sampling.context_noise), a, b - a)
-            start = b
+            latents = request.initial_latents[:, a:b].to(self.device)
+            self.context_pass(state, latents, a, self._actions(request, a, b - a))
+            state.next_frame = b
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
         # 4. generated blocks
         for index in range(request.num_blocks):
-            t0 = time.perf_counter()
-            hooks.on_block_start(index, start)
-            if index in schedule:
-                text = self.model.prepare_context(schedule[index].to(device))
-            x = noise.initial(index * n, (bsz, n, cfg.in_dim, h, w)).to(device=device, dtype=torch.float32)
-            for s, t in enumerate(self.timesteps.tolist()):
-                hooks.check_interrupt()
-                flow = call(x, t, start, n)
+            action = self._actions(request, state.next_frame, n)
+            yield self.denoise_block(state, action, hooks, context=schedule.get(index))
+
+    # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
+    def start_stream(
+        self,
+        context: torch.Tensor,
+        latent_height: int,
+        latent_width: int,
+        *,
+        batch_size: int = 1,
+        noise: SeededNoise | object | None = None,
+        seed: int = 0,
+        max_frames: int | None = None,
+    ) -> StreamState:
+        """Plan a fresh KV cache and encode the prompt: the state `denoise_block` advances.
+
+        Args:
+            context: (B, L, text_dim) prompt embedding.
+            noise: anything with initial() and step(); default per-block draws from SeededNoise(seed).
+            max_frames: the run's length when known (sizes a global cache; open-ended streams grow it).
+        """
+        cfg = self.model.config
+        spec = KVCacheSpec(
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads // head_shards(self.model),  # each rank caches its own heads
+            head_dim=cfg.head_dim,
+            frame_tokens=cfg.frame_tokens(latent_height, latent_width),
+            block_frames=self.sampling.block_frames,
+            batch_size=batch_size,
+            dtype=self.dtype,
+            device=self.device,
+            max_frames=max_frames,
+        )
+        self.kv_cache = None  # release the previous run's cache before allocating the next one
+        cache = create_kv_cache(self.cache_config, spec)
+        self.kv_cache = cache
+        text = self.model.prepare_context(context.to(self.device))
+        return StreamState(cache, text, noise if noise is not None else SeededNoise(seed),
+                           latent_height, latent_width, batch_size)
+
+    def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
+        """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""
+        state.text = self.model.prepare_context(context.to(self.device))
+
+    def context_pass(
+        self, state: StreamState, latents: torch.Tensor, start_frame: int, action: torch.Tensor | None = None
+    ) -> None:
+        """Write clean latents (B, n, C, H, W) at `start_frame` into the cache (t = context_noise)."""
+        self._call(state, latents, float(self.sampling.context_noise), start_frame, latents.shape[1], action)
+
+    @torch.no_grad()
+    def denoise_block(
+        self,
+        state: StreamState,
+        action: torch.Tensor | None = None,
+        hooks: PipelineHooks | None = None,
+        context: torch.Tensor | None = None,
+    ) -> BlockOutput:
+        """Generate the next block at `state.next_frame`, write its clean K/V, and advance the state.
+
+        Args:
+            action: (B, block_frames, action_dim) for action-conditioned models, used by every call of the block.
+            context: a new prompt embedding from this block on (a hard switch: cached K/V are kept).
+        """
+        hooks = hooks or PipelineHooks()
+        cfg, n = self.model.config, self.sampling.block_frames
+        index, start = state.next_block, state.next_frame
+        shape = (state.batch_size, n, cfg.in_dim, state.latent_height, state.latent_width)
+        t0 = time.perf_counter()
+        hooks.on_block_start(index, start)
+        if context is not None:
+            self.set_prompt(state, context)
+        x = state.noise.initial(index * n, shape).to(device=self.device, dtype=torch.float32)
+        for s, t in enumerate(self.timesteps.tolist()):
+            hooks.check_interrupt()
+            with hooks.stage("denoise"):
+                flow = self._call(state, x, t, start, n, action)
                 x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
-                hooks.on_step(index, s, x0)
-                if s + 1 < len(self.sigmas):
-                    eps = noise.step(index, s + 1, (bsz, n, cfg.in_dim, h, w)).to(device)
-                    x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
-            # context pass: rewrite this block's K/V from the clean x0
-            hooks.on_context_pass(index)
-            call(x0, float(self.sampling.context_noise), start, n)
-            out = BlockOutput(index, start, x0, time.perf_counter() - t0)
-            hooks.on_block_end(out)
-            start += n
-            yield out
+            hooks.on_step(index, s, x0)
+            if s + 1 < len(self.sigmas):
+                eps = state.noise.step(index, s + 1, shape).to(self.device)
+                x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
+        # context pass: rewrite this block's K/V from the clean x0
+        hooks.on_context_pass(index)
+        with hooks.stage("context_pass"):
+            self.context_pass(state, x0, start, action)
+        out = BlockOutput(index, start, x0, time.perf_counter() - t0)
+        hooks.on_block_end(out)
+        state.next_frame, state.next_block = start + n, index + 1
+        return out
+
+    def _call(
+        self, state: StreamState, x: torch.Tensor, t: float, start: int, num_frames: int, action: torch.Tensor | None
+    ) -> torch.Tensor:
+        """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout."""
+        state.cache.begin(start, num_frames)
+        timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
+        if action is not None:
+            action = action.to(self.device)
+        flow = self.model(x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start,
+                          action=action)
+        return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
 
     def _actions(self, request: GenerationRequest, start: int, num_frames: int) -> torch.Tensor | None:
         if request.actions is None:
