@@ -12,6 +12,7 @@ import itertools
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +30,9 @@ from .layers import (
     Upsample,
     assign_cache_keys,
 )
+
+if TYPE_CHECKING:
+    from .streaming import StreamDecoder, StreamEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -236,13 +240,13 @@ class WanVAE(nn.Module):
                 outs.append(mu)
         return torch.cat(outs, dim=2)
 
-    def stream_decoder(self, **kwargs):
+    def stream_decoder(self, **kwargs) -> StreamDecoder:
         """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`."""
         from .streaming import StreamDecoder
 
         return StreamDecoder(self, **kwargs)
 
-    def stream_encoder(self):
+    def stream_encoder(self) -> StreamEncoder:
         """A `StreamEncoder` session: feed frames as they arrive, get latents as soon as they are whole."""
         from .streaming import StreamEncoder
 

@@ -52,6 +52,15 @@ def test_encode_parity(vae_fixture):
     torch.testing.assert_close(mu, t["encode_output_mu"], atol=ATOL, rtol=0)
 
 
+def test_bfloat16_decode_runs_close(vae_fixture):
+    """Real runs use bf16; the decode must stay finite and close to fp32 (normalisation itself stays fp32)."""
+    vae = WanVAE.from_file(vae_fixture.path, dtype=torch.bfloat16)
+    z = vae_fixture.tensors["z"][:, :, :2]
+    out = vae.decode(z, latent_frames_per_step=None)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), vae_fixture.decoded[:, :, :5], atol=0.05, rtol=0)
+
+
 def test_frame_rule(vae_fixture):
     cfg, info = vae_fixture.vae.config, vae_fixture.info
     assert cfg.num_frames(info["num_latent_frames"]) == info["video_shape"][2]
