@@ -1,0 +1,116 @@
+"""Sequence parallelism on 2 CPU processes (gloo) against the single-process engine.
+
+Each test launches two ranks of tests/parallel/sp_worker.py with the environment torchrun would give
+them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port) and compares what they saved here.
+Fixtures are discovered by glob (`causal_wan_*.safetensors`), so a new fixture is covered with no change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from tests.fixture_utils import fixture_files
+from tests.parallel.sp_worker import CACHE_KINDS
+from tests.pipeline.test_parity import FixtureNoise, Recorder, build
+
+WORKER = Path(__file__).with_name("sp_worker.py")
+WORLD = 2
+ATOL = 1e-4
+FILES = fixture_files("causal_wan_*.safetensors")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(mode: str, out_dir: Path, timeout: float = 120.0) -> list[subprocess.CompletedProcess]:
+    """Run WORLD ranks of the worker; return each rank's completed process (stdout+stderr captured)."""
+    port = _free_port()
+    procs = []
+    for rank in range(WORLD):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+               "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), mode, str(out_dir)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return results
+
+
+def _check_ok(results: list[subprocess.CompletedProcess]) -> None:
+    for rank, r in enumerate(results):
+        assert r.returncode == 0, f"rank {rank} failed (exit {r.returncode}):\n{r.stdout}"
+
+
+@pytest.fixture(scope="module")
+def rank_outputs(tmp_path_factory):
+    """One launch of both ranks for every check except the failure test (starting ranks costs seconds)."""
+    out_dir = tmp_path_factory.mktemp("sp_all")
+    _check_ok(launch("all", out_dir))
+    return [torch.load(out_dir / f"rank{r}.pt") for r in range(WORLD)]
+
+
+def single_process(path: Path, overrides: dict):
+    info, t, model, sampling, cache_cfg = build(path)
+    p = info["pipeline"]
+    b, _f, _c, h, w = p["latent_shape"]
+    pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(cache_cfg, **overrides))
+    rec = Recorder()
+    req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=h, latent_width=w, context=t["text_context"],
+                            batch_size=b, noise=FixtureNoise(t, sampling.block_frames))
+    latents = pipe.generate(req, rec)
+    return t, latents, torch.stack([rec.x0[k] for k in sorted(rec.x0)]), model.config.num_heads
+
+
+@pytest.mark.parametrize("kind", list(CACHE_KINDS))
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_two_ranks_match_one_process(rank_outputs, path, kind):
+    """Every step's x0 and the final latents on both ranks equal the 1-process run (and the reference)."""
+    t, latents, x0, heads = single_process(path, CACHE_KINDS[kind])
+    key = f"{path.name}/{kind}"
+    for rank, out in enumerate(rank_outputs):
+        torch.testing.assert_close(out[key + "/latents"], latents, atol=ATOL, rtol=0, msg=lambda m, r=rank: f"rank {r}: {m}")
+        torch.testing.assert_close(out[key + "/x0"], x0, atol=ATOL, rtol=0, msg=lambda m, r=rank: f"rank {r}: {m}")
+        assert int(out[key + "/cache_heads"]) == heads // WORLD  # each rank holds 1/N of the cache
+    if kind != "int8":  # quantized caches are not exact against the fp32 reference (test_quant.py bounds them)
+        torch.testing.assert_close(rank_outputs[0][key + "/latents"], t["output_latents"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(rank_outputs[0][key + "/latents"], rank_outputs[1][key + "/latents"], atol=0, rtol=0)
+
+
+def test_all_to_all_helpers(rank_outputs):
+    """seq_to_head / head_to_seq and the frame-interleaved exchange with padding are exact inverses."""
+    for rank, out in enumerate(rank_outputs):
+        for name in ("seq_to_head_ok", "head_to_seq_ok", "to_heads_ok", "to_tokens_ok", "gather_ok"):
+            assert bool(out[name]), f"rank {rank}: {name}"
+
+
+def test_heads_must_divide_by_world_size(rank_outputs):
+    message = rank_outputs[0].get("heads_message", "")
+    assert "3 attention heads" in message or "3 does not divide" in message, message
+
+
+def test_error_on_one_rank_stops_all_with_its_message(tmp_path):
+    """Rank 1 raises while rank 0 waits in a barrier: rank 0 stops at once, printing rank 1's error."""
+    results = launch("fail", tmp_path, timeout=60)
+    assert results[1].returncode != 0 and "rank one broke on purpose" in results[1].stdout
+    assert results[0].returncode != 0, results[0].stdout
+    assert "rank 1: ConfigError: rank one broke on purpose" in results[0].stdout, results[0].stdout
