@@ -85,15 +85,19 @@ def convert_wan_native(sd: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
+def _is_tokenizer_key(key: str) -> bool:
+    return key.rsplit(".", 1)[-1] == TOKENIZER_KEY
+
+
 def to_hf_layout(sd: Mapping[str, Tensor], source: str) -> tuple[dict[str, Tensor], str]:
     """Detect the layout (ComfyUI/HF, optionally prefixed; Wan native) and return HF-named tensors."""
     for probe, layout in ((HF_PROBE, "comfyui"), (WAN_PROBE, "wan")):
         prefix = next((k[: -len(probe)] for k in sd if k.endswith(probe) and (k == probe or k[-len(probe) - 1] == ".")), None)
         if prefix is not None:
-            tensors = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and k != TOKENIZER_KEY}
+            tensors = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and not _is_tokenizer_key(k)}
             tensors.pop("encoder.embed_tokens.weight", None)  # tied to shared.weight
             return (convert_wan_native(tensors) if layout == "wan" else tensors), layout
-    keys = [k for k in sd if k != TOKENIZER_KEY]
+    keys = [k for k in sd if not _is_tokenizer_key(k)]
     raise CheckpointLayoutError(
         f"'{source}' is not a umT5 text encoder we recognise: found {len(keys)} keys ({', '.join(keys[:5])} ...) but "
         f"no '{HF_PROBE}' (ComfyUI / Hugging Face layout) and no '{WAN_PROBE}' (Wan .pth). "
@@ -211,10 +215,11 @@ class UMT5TextEncoder:
         path, dtype = Path(path), dtype or _default_dtype(device)
         raw = read_state_dict(path)
         sd, layout = to_hf_layout(raw, path.name)
+        embedded = next((k for k in raw if _is_tokenizer_key(k)), None)  # `spiece_model`, possibly prefixed
         if tokenizer is not None:
             tok = load_tokenizer(tokenizer)
-        elif TOKENIZER_KEY in raw:
-            tok = SentencePieceTokenizer(raw[TOKENIZER_KEY].cpu().numpy().tobytes())
+        elif embedded is not None:
+            tok = SentencePieceTokenizer(raw[embedded].cpu().numpy().tobytes())
         else:
             raise MissingFileError(f"'{path.name}' has no embedded '{TOKENIZER_KEY}'; pass tokenizer= (a spiece.model "
                                    f"or the google/umt5-xxl tokenizer folder)")

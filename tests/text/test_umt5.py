@@ -88,7 +88,8 @@ def test_long_prompt_is_truncated_with_eos(reference, spiece, tmp_path):
 
 
 def test_bf16_file_and_prefix(reference, spiece, tmp_path):
-    sd = {f"text_encoders.umt5xxl.transformer.{k}" if k != "spiece_model" else k: v for k, v in _comfy_sd(reference, spiece).items()}
+    prefixed = {"spiece_model": "text_encoders.umt5xxl.spiece_model"}
+    sd = {prefixed.get(k, f"text_encoders.umt5xxl.transformer.{k}"): v for k, v in _comfy_sd(reference, spiece).items()}
     sd = {k: v.bfloat16() if v.is_floating_point() else v for k, v in sd.items()}
     path = tmp_path / "umt5_xxl_bf16.safetensors"
     save_file(sd, str(path))
