@@ -47,14 +47,17 @@ def _require_transformers():
 
 
 # ---- checkpoint layouts -------------------------------------------------------------------------
-def dequantize(sd: Mapping[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor]:
+def dequantize(sd: dict[str, Tensor], dtype: torch.dtype, device: torch.device | str = "cpu") -> dict[str, Tensor]:
     """Fold ComfyUI fp8 scales into the weights: w = w_fp8 · scale_weight (or `weight_scale`), cast to `dtype`.
 
     Markers (`scaled_fp8`) and activation scales (`scale_input`) are dropped: we run the matmuls in `dtype`.
+    `sd` is consumed tensor by tensor and each result moved to `device`, so host memory peaks near the
+    file size (umT5-XXL is 11 GB in fp16) instead of twice that.
     """
     out: dict[str, Tensor] = {}
     scales = {k.rsplit(".", 1)[0]: v for k, v in sd.items() if k.endswith((".scale_weight", ".weight_scale"))}
-    for key, value in sd.items():
+    for key in list(sd):
+        value = sd.pop(key)
         if key == "scaled_fp8" or key.endswith((".scale_weight", ".weight_scale", *_QUANT_EXTRAS)):
             continue
         base = key[: -len(".weight")] if key.endswith(".weight") else None
@@ -64,7 +67,7 @@ def dequantize(sd: Mapping[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor
                 raise CheckpointLayoutError(f"'{key}': block-wise scale of shape {list(scale.shape)} is not supported; "
                                             f"expected one scale per tensor or per output row")
             value = value.float() * (scale.reshape(-1, *([1] * (value.ndim - 1))) if scale.numel() > 1 else scale)
-        out[key] = value.to(dtype) if value.is_floating_point() else value
+        out[key] = value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
     return out
 
 
@@ -223,7 +226,8 @@ class UMT5TextEncoder:
         else:
             raise MissingFileError(f"'{path.name}' has no embedded '{TOKENIZER_KEY}'; pass tokenizer= (a spiece.model "
                                    f"or the google/umt5-xxl tokenizer folder)")
-        sd = dequantize(sd, dtype)
+        del raw  # `sd` holds the only references now, and dequantize releases them one by one
+        sd = dequantize(sd, dtype, device)
         config = umt5_config_from_state_dict(sd)
         with torch.device("meta"):
             model = transformers.UMT5EncoderModel(config)
@@ -235,7 +239,7 @@ class UMT5TextEncoder:
         model.tie_weights()
         logger.info("loaded umT5 from %s (%s layout, %d layers, d_model %d, %s)", path.name, layout,
                     config.num_layers, config.d_model, dtype)
-        return cls(model.to(device), tok, text_len)
+        return cls(model, tok, text_len)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, tokenizer: str | Path | None = None, text_len: int = 512,
