@@ -167,8 +167,8 @@ def load_world_model(
     spec = get_family(fam)
     transformer = _build_transformer(config, state, dev, dt, attention)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
-    preview = _load_preview(preview_decoder_path, dev, dt) if preview_decoder_path else None
-    text = _load_text_encoder(text_encoder_path, dev) if text_encoder_path else None
+    preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
+    text = _load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
     return WorldModel(fam, config, spec.sampling, spec.cache, transformer, vae, preview, text,
                       fps=spec.fps, source=f"{path} ({info.layout})")
 
@@ -198,16 +198,19 @@ def _load_vae(path: str, device, dtype):
     return WanVAE.from_file(path, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
 
 
-def _load_preview(path: str, device, dtype):
-    from ..vae import taehv  # optional module
+def _load_preview(path: str, full_vae, device, dtype):
+    from ..vae.taehv import load_preview_decoder
 
-    return taehv.load_preview_decoder(path, device=device, dtype=dtype)
+    # falls back to the full VAE, with a log line, when the file is absent
+    return load_preview_decoder(path, full_vae, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
 
 
-def _load_text_encoder(path: str, device):
-    from ..text import umt5
+def _load_text_encoder(path: str, text_len: int, device, dtype):
+    from ..text.umt5 import PromptCache, UMT5TextEncoder
 
-    return umt5.load_text_encoder(path, device=device)
+    encoder = UMT5TextEncoder.load(path, text_len=text_len, device=device,
+                                   dtype=dtype if device.type == "cuda" else torch.float32)
+    return PromptCache(encoder)  # re-encoding an earlier prompt costs nothing
 
 
 def _load_bundled(device, dtype, attention: str) -> WorldModel:
