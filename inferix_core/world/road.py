@@ -215,7 +215,7 @@ class RoadWorld:
             return
         yy = (np.arange(y0, y1, dtype=np.float32) + 0.5 - base) / h  # (-1, 0]: -1 top, 0 ground
         xx = (np.arange(x0, x1, dtype=np.float32) + 0.5 - cx) / h  # about (-0.5, 0.5)
-        Y, X = np.meshgrid(yy, xx, indexing="ij")
+        Y, X = yy[:, None], xx[None, :]  # broadcast to (rows, cols)
         region = img[y0:y1, x0:x1]
         if kind == 0:  # round tree
             trunk = (np.abs(X) < 0.06) & (Y > -0.35)
@@ -243,7 +243,7 @@ class RoadWorld:
         x0, x1 = max(int(cx - w / 2) - 2, 0), min(int(cx + w / 2) + 3, W)
         yy = (np.arange(y0, y1, dtype=np.float32) + 0.5 - cy) / h  # (-1, 0)
         xx = (np.arange(x0, x1, dtype=np.float32) + 0.5 - cx) / w  # about (-0.5, 0.5)
-        Y, X = np.meshgrid(yy, xx, indexing="ij")
+        Y, X = yy[:, None], xx[None, :]  # broadcast to (rows, cols)
         Xs = X - st.steer * 0.12 * (Y + 1.0)  # lean the roof towards the turn
         region = img[y0:y1, x0:x1]
         shadow = (np.abs(X) < 0.52) & (Y > -0.12)
@@ -264,19 +264,25 @@ class RoadWorld:
             region[m] = np.float32(col)
 
 
-def render_episode(seed: int, actions: np.ndarray | list[int], height: int = 128, width: int = 128) -> np.ndarray:
+def render_episode(
+    seed: int, actions: np.ndarray | list[int], height: int = 64, width: int = 64, supersample: int = 2
+) -> np.ndarray:
     """Render frame 0 and then one frame after each of `actions[1:]` (uint8 [T, H, W, 3]).
 
     Frame t shows the world after actions[1..t] were applied; actions[0] has no effect (there is no
     motion before the first frame), so the action list and the frame list have the same length T.
+    Each frame is rendered at `supersample`× the size and box-filtered down, which removes the
+    flicker of far stripes and lane dashes at small sizes.
     """
-    world = RoadWorld(seed, height, width)
+    s = supersample
+    world = RoadWorld(seed, height * s, width * s)
     actions = np.asarray(actions, dtype=np.int64)
     frames = np.empty((len(actions), height, width, 3), dtype=np.uint8)
-    frames[0] = world.render()
-    for t in range(1, len(actions)):
-        world.step(int(actions[t]))
-        frames[t] = world.render()
+    for t in range(len(actions)):
+        if t:
+            world.step(int(actions[t]))
+        big = world.render().astype(np.float32)  # (H·s, W·s, 3)
+        frames[t] = (big.reshape(height, s, width, s, 3).mean(axis=(1, 3)) + 0.5).astype(np.uint8)
     return frames
 
 
