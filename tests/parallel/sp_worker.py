@@ -57,6 +57,27 @@ def run_parity(out: dict) -> None:
             out[key + "/num_calls"] = torch.tensor(pipe.kv_cache.num_calls)
 
 
+def run_masked(out: dict) -> None:
+    """No KV cache, an explicit block-causal mask over the whole sequence (full-sequence runs)."""
+    from inferix_core.models.wan.causal_transformer import block_causal_mask
+    from tests.fixture_utils import fixture_files
+    from tests.pipeline.test_parity import build
+
+    path = fixture_files("causal_wan_*.safetensors")[0]
+    _info, t, model, sampling, _cache = build(path)
+    x = t["noise"].permute(0, 2, 1, 3, 4)  # (B, C, F, H, W)
+    frames = x.shape[2]
+    ft = model.config.frame_tokens(x.shape[3], x.shape[4])
+    mask = block_causal_mask(frames, ft, sampling.block_frames)
+    timestep = torch.full((x.shape[0], frames), 500.0)
+    with torch.no_grad():
+        parallel.enable_sequence_parallel(model)
+        split = model(x, timestep, t["text_context"], None, 0, attn_mask=mask)
+        parallel.disable_sequence_parallel(model)
+        whole = model(x, timestep, t["text_context"], None, 0, attn_mask=mask)
+    out["masked_max_diff"] = (split - whole).abs().max()
+
+
 def run_a2a(out: dict) -> None:
     from inferix_core.parallel.sp_transformer import SequenceParallel
 
@@ -118,7 +139,7 @@ def main() -> int:
     torch.set_num_threads(1)
     parallel.init_distributed("cpu")
     out: dict = {}
-    steps = {"all": [run_a2a, run_heads, run_parity], "fail": [run_fail]}[mode]
+    steps = {"all": [run_a2a, run_heads, run_masked, run_parity], "fail": [run_fail]}[mode]
     for step in steps:
         step(out)
     torch.save(out, out_dir / f"rank{dist.get_rank()}.pt")

@@ -114,3 +114,9 @@ def test_error_on_one_rank_stops_all_with_its_message(tmp_path):
     assert results[1].returncode != 0 and "rank one broke on purpose" in results[1].stdout
     assert results[0].returncode != 0, results[0].stdout
     assert "rank 1: ConfigError: rank one broke on purpose" in results[0].stdout, results[0].stdout
+
+
+def test_full_sequence_with_mask_matches(rank_outputs):
+    """Without a KV cache (explicit block-causal mask over all frames) the exchange covers k and v too."""
+    for rank, out in enumerate(rank_outputs):
+        assert float(out["masked_max_diff"]) < ATOL, f"rank {rank}: {float(out['masked_max_diff'])}"
