@@ -36,13 +36,18 @@ def _free_port() -> int:
 
 def launch(mode: str, out_dir: Path, timeout: float = 120.0) -> list[subprocess.CompletedProcess]:
     """Run WORLD ranks of the worker; return each rank's completed process (stdout+stderr captured)."""
+    return launch_command([str(WORKER), mode, str(out_dir)], timeout)
+
+
+def launch_command(args: list[str], timeout: float = 120.0, cwd: Path | None = None) -> list[subprocess.CompletedProcess]:
+    """Run `python ARGS` as WORLD ranks with torchrun's environment."""
     port = _free_port()
     procs = []
     for rank in range(WORLD):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
                "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), mode, str(out_dir)], env=env,
+        procs.append(subprocess.Popen([sys.executable, *args], env=env, cwd=cwd,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     results = []
     try:
@@ -120,3 +125,24 @@ def test_full_sequence_with_mask_matches(rank_outputs):
     """Without a KV cache (explicit block-causal mask over all frames) the exchange covers k and v too."""
     for rank, out in enumerate(rank_outputs):
         assert float(out["masked_max_diff"]) < ATOL, f"rank {rank}: {float(out['masked_max_diff'])}"
+
+
+def test_launcher_rank_zero_writes_and_prints(tmp_path):
+    """`-m inferix_core.parallel bench ...`: both ranks run; only rank 0 prints the table and writes --json."""
+    results = launch_command(["-m", "inferix_core.parallel", "bench", "--preset", "tiny", "--device", "cpu", "--dtype",
+                              "fp32", "--latent-frames", "3", "--warmup", "0", "--repeats", "1", "--json",
+                              str(tmp_path / "bench.json")], cwd=tmp_path)
+    _check_ok(results)
+    assert "FPS (pixel frames)" in results[0].stdout and "FPS" not in results[1].stdout, results[1].stdout
+    assert (tmp_path / "bench.json").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]  # rank 1 wrote into its scratch folder
+
+
+def test_rank_argv_redirects_outputs_of_other_ranks():
+    from inferix_core.parallel.launch import rank_argv
+
+    argv = ["run", "wf.json", "--output-dir", "out", "--set", "3.seed=1"]
+    assert rank_argv(argv, 0, "/scratch") == argv
+    other = rank_argv(argv, 1, "/scratch")
+    assert other[0] == "-q" and "out" not in other and "--set" in other and "--no-progress" in other
+    assert rank_argv(["bench", "--json=r.json"], 1, "/s") == ["-q", "bench", "--json=/s/json"]
