@@ -1,0 +1,80 @@
+"""Memory planner properties (no GPU): exact cache bytes, the budget error text, and the fallback order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from inferix_core.cache import KVCacheConfig, plan_memory
+from inferix_core.cache.planner import cache_cost
+from inferix_core.cache.spec import KVCacheSpec
+from inferix_core.errors import CacheBudgetError, ConfigError
+from inferix_core.models.wan.config import WanConfig
+
+GiB = 1024**3
+WAN13 = WanConfig()  # 1.3B: 30 layers, 12 heads × 128
+H, W = 60, 104  # latents of 480 × 832
+
+
+def test_ring_cache_bytes_match_the_issue_example():
+    plan = plan_memory(WAN13, H, W, KVCacheConfig(window_frames=21, sink_frames=3), dtype=torch.bfloat16)
+    assert plan.requested_cache.device_bytes == 30 * 21 * 1560 * 12 * 128 * 2 * 2
+    assert "30 layers × 21 frames × 1560 tokens × 12 heads × 128, K and V, bf16" in plan.requested_cache.formula
+    assert plan.feasible and plan.chosen == plan.requested and plan.message == ""
+    json.dumps(plan.to_dict())
+    assert "Memory plan" in plan.describe()
+
+
+def test_cache_bytes_equal_allocated_bytes():
+    """The planner's numbers are the stores' allocations (checked on a small spec)."""
+    from inferix_core.cache import create_kv_cache
+
+    spec = KVCacheSpec(3, 2, 8, 6, 3, max_frames=12)
+    for cfg in (KVCacheConfig(window_frames=7, sink_frames=1), KVCacheConfig(window_frames=7, sink_frames=1, page_frames=2),
+                KVCacheConfig(window_frames=9, sink_frames=3, quantization="int8"),
+                KVCacheConfig(window_frames=9, sink_frames=3, quantization="int4"), KVCacheConfig(page_frames=3),
+                KVCacheConfig(window_frames=7, sink_frames=1, offload="always")):
+        cost, stats = cache_cost(cfg, spec), create_kv_cache(cfg, spec).stats()
+        assert cost.device_bytes == stats["resident_bytes"], cfg
+        assert cost.host_bytes == stats["offloaded_bytes"], cfg
+
+
+def test_budget_error_names_the_numbers_and_the_fixes():
+    plan = plan_memory(WAN13, H, W, KVCacheConfig(window_frames=21, sink_frames=3), budget_bytes=6 * GiB)
+    assert not plan.feasible
+    with pytest.raises(CacheBudgetError) as e:
+        plan.check()
+    msg = str(e.value)
+    assert msg.startswith("KV cache needs 5.6 GiB (30 layers × 21 frames × 1560 tokens")
+    assert "quantization='int8'" in msg and "offload" in msg and "None of these fits" in msg
+
+
+def test_fallback_prefers_offload_then_quantization_then_window():
+    cfg = KVCacheConfig(window_frames=21, sink_frames=3)
+    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=8 * GiB)
+    assert plan.feasible and plan.chosen.offload == "auto" and plan.chosen.quantization == "none"
+    assert plan.total_bytes <= 8 * GiB
+    assert "Lower window_frames to" in plan.message
+    labels = [c[0] for c in plan.candidates]
+    assert labels[:3] == ["offload", "int8", "int4"]
+
+
+def test_window_suggestion_is_the_largest_that_fits():
+    cfg = KVCacheConfig(window_frames=21, sink_frames=3)
+    fixed = plan_memory(WAN13, H, W, cfg)
+    other = fixed.weights_bytes + fixed.activation_bytes + fixed.vae_bytes
+    per_frame = 30 * 1560 * 12 * 128 * 2 * 2
+    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=other + 14 * per_frame + per_frame // 2)
+    assert "Lower window_frames to 14" in plan.message
+
+
+def test_quantized_cache_is_smaller_and_global_needs_length():
+    spec = KVCacheSpec(30, 12, 128, 1560, 3, dtype=torch.bfloat16)
+    ring = cache_cost(KVCacheConfig(window_frames=48, sink_frames=3), spec).device_bytes
+    int8 = cache_cost(KVCacheConfig(window_frames=48, sink_frames=3, quantization="int8"), spec).device_bytes
+    int4 = cache_cost(KVCacheConfig(window_frames=48, sink_frames=3, quantization="int4"), spec).device_bytes
+    assert int4 < int8 < 0.65 * ring
+    with pytest.raises(ConfigError):
+        plan_memory(WAN13, H, W, KVCacheConfig())
