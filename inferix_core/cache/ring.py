@@ -78,6 +78,7 @@ class RingKVCache:
         self.v = [torch.empty(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.num_layers)]
         self._views = [LayerKV(self, i) for i in range(spec.num_layers)]
         self.end_frame = 0  # frames [0, end_frame) have been written at least once
+        self._ring_origin = self.sink_frames  # the frame that sits in ring slot S; moved only by restart()
         self._runs: list[_Run] = []
         self._write_index = DeviceIndex(spec.device, capacity=spec.block_frames * spec.frame_tokens)
         self._w: torch.Tensor | None = None
@@ -91,12 +92,12 @@ class RingKVCache:
     def slot_of(self, frame: int) -> int:
         if self.config.is_global or frame < self.sink_frames:
             return frame
-        return self.sink_frames + (frame - self.sink_frames) % self.ring_frames
+        return self.sink_frames + (frame - self._ring_origin) % self.ring_frames
 
     def resident_frames(self) -> list[int]:
         """Absolute frame indices currently stored, sink first then oldest to newest."""
         sinks = list(range(min(self.sink_frames, self.end_frame)))
-        start = max(self.sink_frames, self.end_frame - self.ring_frames)
+        start = max(self._ring_origin, self.end_frame - self.ring_frames)
         return sinks + list(range(start, self.end_frame))
 
     def begin(self, start_frame: int, num_frames: int) -> None:
@@ -130,7 +131,7 @@ class RingKVCache:
             np.concatenate([np.arange(r.dst, r.dst + r.length, dtype=np.int64) for r in runs])
         )
         self._num_tokens = num_frames * ft
-        self._valid_tokens = min(self.end_frame, self.capacity_frames) * ft
+        self._valid_tokens = len(self.resident_frames()) * ft  # min(end_frame, capacity) unless restarted
         self.num_calls += 1
 
     # -- tensor work -------------------------------------------------------------------------------
@@ -163,9 +164,37 @@ class RingKVCache:
         self.capacity_frames = frames
         self.ring_frames = frames
 
+    def restart(self, start_frame: int) -> None:
+        """Continue writing at `start_frame`, treating frames [end_frame, start_frame) as already evicted.
+
+        For re-caching a window under a new prompt (inferix_core/session.py): after reset() the sink
+        frames are written again, then writing jumps to the window's first block. The ring is re-based
+        so that frame takes ring slot S, which keeps the valid slots a prefix of the buffer::
+
+            before:  [sink 0..S-1 | ring: frames W..E-1 somewhere in S..S+R-1, wrapped]
+            reset(); begin(0, S) ...; restart(W); begin(W, n) ...
+            after:   [sink 0..S-1 | W, W+1, ... from slot S on]   (slot_of(f) = S + (f - W) mod R)
+        """
+        if self.config.is_global:
+            raise ConfigError("a global KV cache keeps every frame, so it cannot skip frames; write them in order")
+        if start_frame < self.end_frame:
+            raise ConfigError(f"restart({start_frame}) would go back: frames up to {self.end_frame} are cached")
+        if self.end_frame < self.sink_frames:
+            raise ConfigError(
+                f"restart({start_frame}) before the {self.sink_frames} sink frames are written "
+                f"(only {self.end_frame} are); write the sink frames first"
+            )
+        if start_frame == self.end_frame:
+            return
+        before = len(self.resident_frames())
+        self.end_frame = start_frame
+        self._ring_origin = start_frame
+        self.num_evictions += before - len(self.resident_frames())
+
     def reset(self) -> None:
         """Forget every frame (buffers are kept and overwritten)."""
         self.end_frame = 0
+        self._ring_origin = self.sink_frames
         self._runs = []
         self._valid_tokens = 0
         self.num_evictions = 0
