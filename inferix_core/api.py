@@ -20,6 +20,7 @@ from .cache import KVCacheConfig
 from .errors import ConfigError, GenerationInterruptedError, ShapeMismatchError
 from .models.registry import WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
+from .profiling import NullProfiler, Profiler
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +118,28 @@ def pixels_to_uint8(pixels: torch.Tensor) -> np.ndarray:
     return x.permute(1, 2, 3, 0).cpu().numpy()
 
 
-class _LoopHooks(PipelineHooks):
-    def __init__(self, hooks: GenerationHooks, profiler):
-        self.hooks, self.profiler = hooks, profiler
+def kv_cache_numbers(cache) -> dict[str, float]:
+    """The numeric part of `cache.stats()` (the profiler keeps numbers; 'kind' is a name)."""
+    return {k: v for k, v in cache.stats().items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
-    def on_block_start(self, index, start_frame):
-        if self.profiler is not None:
-            self.profiler.on_block_start(index)
 
-    def check_interrupt(self):
+class ProfiledHooks(PipelineHooks):
+    """Pipeline hooks that feed a Profiler: block start, and the `denoise` / `context_pass` stages.
+
+    The block's end is not here: the caller closes it after decoding and the sinks, so a block's wall
+    time covers everything until its frames are out (what FPS should count). Shared with session.py.
+    """
+
+    def __init__(self, profiler: NullProfiler, hooks: GenerationHooks | None = None):
+        self.profiler, self.hooks = profiler, hooks or GenerationHooks()
+
+    def on_block_start(self, index: int, start_frame: int) -> None:
+        self.profiler.on_block_start(index)
+
+    def stage(self, name: str) -> contextlib.AbstractContextManager:
+        return self.profiler.stage(name)
+
+    def check_interrupt(self) -> None:
         self.hooks.check_interrupt()
 
 
@@ -144,19 +158,27 @@ def generate_video(
     hooks: GenerationHooks | None = None,
     decode: bool = True,
     decoder: str = "vae",
-    profiler=None,
+    profiler: NullProfiler | None = None,
     initial_latents: torch.Tensor | None = None,
 ) -> VideoResult:
-    """Generate `num_blocks` blocks, decoding and streaming each block as soon as it is clean."""
+    """Generate `num_blocks` blocks, decoding and streaming each block as soon as it is clean.
+
+    With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
+    sinks; `VideoResult.profile` holds its report as a dict.
+    """
     hooks = hooks or GenerationHooks()
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
     sinks = list(sinks)
+    prof = profiler if profiler is not None else NullProfiler()
     # 1. geometry and conditioning
     lat_h, lat_w = latent_size(world_model, width, height)
     num_frames = num_blocks * sampling.block_frames
     schedule: list[tuple[int, torch.Tensor]] = []
-    stage = profiler.stage if profiler is not None else (lambda name: contextlib.nullcontext())
+    prof.on_run_start({"family": world_model.family, "width": width, "height": height, "num_blocks": num_blocks,
+                       "block_frames": sampling.block_frames, "steps": list(sampling.denoising_steps),
+                       "window_frames": cache.window_frames, "sink_frames": cache.sink_frames, "seed": seed})
+    stage = prof.stage
     with stage("text_encode"):
         if isinstance(prompt, PromptSchedule):
             frames_per_block_s = sampling.block_frames * world_model.temporal_compression / world_model.fps
@@ -188,12 +210,10 @@ def generate_video(
         stream = dec.stream_decoder()
     # 3. the block loop
     hooks.on_start(num_blocks)
-    if profiler is not None:
-        profiler.on_run_start()
     t_start = time.perf_counter()
     latents, frames, block_seconds, first_frame = [], [], [], None
     try:
-        for out in pipe.stream(request, _LoopHooks(hooks, profiler)):
+        for out in pipe.stream(request, ProfiledHooks(prof, hooks)):
             latents.append(out.latents)
             pix = None
             if stream is not None:
@@ -204,8 +224,7 @@ def generate_video(
                     decode_s = time.perf_counter() - t0
                 if first_frame is None and len(pix):
                     first_frame = time.perf_counter() - t_start
-                    if profiler is not None:
-                        profiler.on_first_frame()
+                    prof.on_first_frame()
                 with stage("sink"):
                     for sink in sinks:
                         sink.write(pix, out.index)
@@ -213,14 +232,16 @@ def generate_video(
             else:
                 decode_s = 0.0
             block_seconds.append(out.seconds)
-            if profiler is not None:
-                profiler.on_block_end(out.index, 0 if pix is None else len(pix))
+            if not out.is_initial:  # given frames are context, not generated: the profiler never opened them
+                prof.record_kv_cache(kv_cache_numbers(pipe.kv_cache))
+                prof.on_block_end(out.index, 0 if pix is None else len(pix))
             hooks.on_block_end(out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s})
     except KeyboardInterrupt as exc:
         raise GenerationInterruptedError("generation interrupted; the frames written so far are kept") from exc
     finally:
         for sink in sinks:
             sink.close()
+        prof.on_run_end()
     return VideoResult(
         latents=torch.cat(latents, dim=1),
         frames=np.concatenate(frames) if frames else None,
@@ -228,8 +249,11 @@ def generate_video(
         seconds=time.perf_counter() - t_start,
         block_seconds=block_seconds,
         first_frame_seconds=first_frame,
-        profile=profiler.to_dict() if profiler is not None and hasattr(profiler, "to_dict") else None,
+        profile=prof.report().to_dict() if isinstance(prof, Profiler) else None,
     )
 
 
-__all__ = ["BlockOutput", "GenerationHooks", "PromptSchedule", "VideoResult", "encode_prompt", "generate_video"]
+__all__ = [
+    "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult", "actions_to_tensor",
+    "encode_prompt", "generate_video", "kv_cache_numbers", "latent_size", "pixels_to_uint8",
+]  # fmt: skip
