@@ -1,0 +1,350 @@
+"""InteractiveSession: one open-ended stream that a person (or a program) steers between blocks.
+
+The session owns everything one stream needs (pipeline, KV cache, prompt K/V, noise source, streaming
+decoder, sinks) and runs the same per-block body as `BlockDiffusionPipeline.stream()`
+(`denoise_block`). Inputs (prompt, action, pause, resume, stop) are queued and applied only at block
+boundaries, in arrival order. A prompt switch re-caches the resident window under the new prompt
+(LongLive, arXiv:2509.22622 §3.2 "KV re-cache") unless `hard_switch=True`. It does not serve HTTP
+or read keys: `inferix play` (commands/play.py) wires a LiveView to it. See docs/interactive.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
+from .cache import KVCacheConfig
+from .errors import ConfigError
+from .models.registry import WorldModel
+from .pipeline import BlockDiffusionPipeline, SamplingConfig
+from .pipeline.block_diffusion import SeededNoise
+from .profiling import NullProfiler
+from .sinks.live import InputQueue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionBlock:
+    """One generated block as `step()` returns it."""
+
+    index: int
+    start_frame: int  # first latent frame of the block
+    latents: torch.Tensor  # (B, n, C, h, w) clean latents
+    frames: np.ndarray | None  # (T, H, W, 3) uint8 decoded frames (None with decode=False)
+    action: str | None  # action name used for the block (None: no action input)
+    prompt: str  # label of the prompt in force
+    prompt_switched: bool  # the prompt changed at this block's boundary
+    denoise_s: float
+    decode_s: float
+    recache_s: float  # time spent re-caching the window at this boundary (0 without a switch)
+
+
+@dataclass(frozen=True)
+class _CachedBlock:
+    """Clean latents of a block whose frames may still be in the KV cache: what a re-cache re-runs."""
+
+    start: int
+    latents: torch.Tensor  # (B, n, C, h, w)
+    action: torch.Tensor | None  # (B, n, A) as the block was generated with
+
+
+class InteractiveSession:
+    """Generate one block at a time; apply queued inputs at each block boundary.
+
+    Args:
+        world_model: the model handle (`load_world_model`).
+        prompt: the starting prompt (text, or a (1, L, text_dim) embedding).
+        width, height: pixel size (multiples of the VAE stride × patch size).
+        seed: seeds the noise; each block's noise is drawn when the block starts.
+        cache, sampling: override the model's defaults.
+        sinks: frame sinks (Mp4Sink, LiveView, ...) fed every decoded block.
+        inputs: the queue to drain (a LiveView's `inputs`); a new one by default.
+        decode: decode each block to pixels (needs a VAE).
+        hard_switch: on a prompt switch only swap the cross-attention K/V (keep the cached self-attention
+            K/V computed under the old prompt) instead of re-caching the resident window.
+        hold_actions: with no new action, repeat the last one (a held key); otherwise use `default_action`.
+        default_action: action before the first action event (and between them if not holding);
+            None = no action input.
+        prompt_encoder: text → (1, L, text_dim); default `api.encode_prompt` with the model's text encoder.
+        profiler: a Profiler; `on_run_start` is called here and `on_run_end` by `close()`.
+    """
+
+    def __init__(
+        self,
+        world_model: WorldModel,
+        prompt: str | torch.Tensor = "",
+        *,
+        width: int,
+        height: int,
+        seed: int = 0,
+        cache: KVCacheConfig | None = None,
+        sampling: SamplingConfig | None = None,
+        sinks: Iterable[Any] = (),
+        inputs: InputQueue | None = None,
+        decode: bool = True,
+        decoder: str = "vae",
+        hard_switch: bool = False,
+        hold_actions: bool = True,
+        default_action: str | None = None,
+        prompt_encoder: Callable[[str], torch.Tensor] | None = None,
+        profiler: NullProfiler | None = None,
+    ):
+        self.world_model = world_model
+        self.hard_switch = hard_switch
+        self.hold_actions = hold_actions
+        self.sinks = list(sinks)
+        self.inputs = inputs if inputs is not None else InputQueue(set(world_model.action_names))
+        self.profiler = profiler if profiler is not None else NullProfiler()
+        self._encode = prompt_encoder or (lambda text: encode_prompt(world_model, text))
+        if default_action is not None:
+            self._check_action(default_action)
+        self.default_action = default_action
+        # 1. geometry, pipeline and the stream state (cache, prompt K/V, per-block noise)
+        self.profiler.on_run_start({"family": world_model.family, "width": width, "height": height,
+                                    "seed": seed, "interactive": True, "hard_switch": hard_switch})
+        lat_h, lat_w = latent_size(world_model, width, height)
+        self.pipeline = BlockDiffusionPipeline(world_model.transformer, sampling or world_model.sampling,
+                                               cache or world_model.default_cache)
+        with self.profiler.stage("text_encode"):
+            context = encode_prompt(world_model, prompt) if isinstance(prompt, torch.Tensor) else self._encode(prompt)
+        self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed))
+        self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
+        # 2. a streaming decoder that keeps its causal cache across blocks
+        self._decoder = None
+        if decode:
+            dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
+            if dec is None:
+                raise ConfigError("decode=True needs a VAE: load the model with a VAE file, or pass decode=False")
+            self._decoder = dec.stream_decoder()
+        # 3. input state: events wait in _pending until a boundary consumes them
+        self._pending: deque[dict[str, Any]] = deque()
+        self._actions: deque[str] = deque()  # queued actions, one per coming block
+        self._last_action: str | None = None
+        self._history: list[_CachedBlock] = []
+        self.paused = False
+        self.stopped = False
+        self.closed = False
+        self.action_log: list[str | None] = []  # the action of every generated block, in order
+        self.prompt_log: list[tuple[int, str]] = [(0, self.prompt)]  # (first block, prompt label)
+        self.num_recaches = 0
+
+    # -- inputs (thread-safe: they only enqueue) -------------------------------------------------------
+    def send(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Queue one input event ({"type": "prompt", "text": ...}, {"type": "action", "name": ...}, ...)."""
+        return self.inputs.put(event)
+
+    def switch_prompt(self, text: str) -> None:
+        self.send({"type": "prompt", "text": text})
+
+    def act(self, name: str) -> None:
+        self.send({"type": "action", "name": name})
+
+    def pause(self) -> None:
+        self.send({"type": "pause"})
+
+    def resume(self) -> None:
+        self.send({"type": "resume"})
+
+    def stop(self) -> None:
+        self.send({"type": "stop"})
+
+    @property
+    def num_blocks(self) -> int:
+        return self.state.next_block
+
+    @property
+    def pending_inputs(self) -> int:
+        """Events received but not applied yet (queued, or waiting behind an action for a later block)."""
+        return len(self._pending) + len(self.inputs) + len(self._actions)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def step(self) -> SessionBlock | None:
+        """Apply the inputs that arrived since the last boundary, then generate one block.
+
+        Returns None without generating while paused or once stopped.
+        """
+        if self.closed:
+            raise ConfigError("this session is closed; start a new InteractiveSession")
+        # 1. the block boundary: apply queued inputs in order
+        new_prompts = self._apply_inputs()
+        recache_s = self._switch_prompt(new_prompts) if new_prompts else 0.0  # while paused too: resume under it
+        if self.stopped or self.paused:
+            return None
+        # 2. this block's action
+        if self._actions:
+            name = self._actions.popleft()
+        else:
+            name = self._last_action if self.hold_actions and self._last_action is not None else self.default_action
+        n = self.pipeline.sampling.block_frames
+        action = None if name is None else actions_to_tensor(self.world_model, [name], n)
+        # 3. denoise the block and write its clean K/V
+        out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler))
+        self._last_action = name if name is not None else self._last_action
+        self.action_log.append(name)
+        self._remember(out.start_frame, out.latents, action)
+        # 4. decode and hand to the sinks
+        frames, decode_s = None, 0.0
+        if self._decoder is not None:
+            t0 = time.perf_counter()
+            with self.profiler.stage("decode"):
+                frames = pixels_to_uint8(self._decoder.decode(out.latents.permute(0, 2, 1, 3, 4)))
+            decode_s = time.perf_counter() - t0
+            if len(frames):
+                self.profiler.on_first_frame()
+            with self.profiler.stage("sink"):
+                for sink in self.sinks:
+                    sink.write(frames, out.index)
+        self.profiler.record_kv_cache(kv_cache_numbers(self.state.cache))
+        self.profiler.on_block_end(out.index, 0 if frames is None else len(frames))
+        switched = len(self.prompt_log) > 1 and self.prompt_log[-1][0] == out.index
+        return SessionBlock(out.index, out.start_frame, out.latents, frames, name, self.prompt, switched,
+                            out.seconds, decode_s, recache_s)
+
+    def run(self, max_blocks: int | None = None, idle_wait_s: float = 0.1,
+            on_block: Callable[[SessionBlock], None] | None = None) -> int:
+        """Generate until a stop input (or `max_blocks` more blocks); wait for input while paused.
+
+        Returns the number of blocks generated by this call.
+        """
+        done = 0
+        while not self.stopped and (max_blocks is None or done < max_blocks):
+            block = self.step()
+            if block is None:
+                if not self.stopped:
+                    self.wait_for_input(idle_wait_s)
+                continue
+            done += 1
+            if on_block is not None:
+                on_block(block)
+        return done
+
+    def wait_for_input(self, timeout_s: float) -> bool:
+        """Block until an input arrives (it stays queued, in order) or `timeout_s` passes."""
+        event = self.inputs.get(timeout=timeout_s)
+        if event is None:
+            return False
+        self._pending.append(event)  # older than anything still in the queue, so order holds
+        return True
+
+    def close(self) -> None:
+        """Close the sinks (an Mp4Sink publishes its file) and end the profiler run."""
+        if self.closed:
+            return
+        self.closed = True
+        for sink in self.sinks:
+            sink.close()
+        self.profiler.on_run_end()
+
+    def __enter__(self) -> InteractiveSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- boundary work -------------------------------------------------------------------------------
+    def _apply_inputs(self) -> list[str]:
+        """Consume every pending event in order; returns the prompts that arrived (the last one wins).
+
+        Everything applies at this boundary except actions: an action conditions one block, so actions
+        queue and the coming blocks take them one each, in order (three quick key presses steer three
+        blocks). Pause keeps them queued; stop leaves them unused (see `pending_inputs`).
+        """
+        self._pending.extend(self.inputs.drain())
+        new_prompts: list[str] = []
+        while self._pending and not self.stopped:
+            event = self._pending[0]
+            kind = event["type"]
+            if kind == "action":
+                if self._check_action(event["name"], strict=False):
+                    self._actions.append(event["name"])
+            elif kind == "prompt":
+                new_prompts.append(event["text"])  # several at one boundary: each is logged, the last is used
+            elif kind == "pause":
+                self.paused = True
+            elif kind == "resume":
+                self.paused = False
+            elif kind == "stop":
+                self.stopped = True
+                log.info("stop requested after %d blocks", self.state.next_block)
+            self._pending.popleft()
+        return new_prompts
+
+    def _check_action(self, name: str, strict: bool = True) -> bool:
+        if name in self.world_model.action_names:
+            return True
+        message = f"unknown action {name!r}; this model knows {list(self.world_model.action_names)}"
+        if strict:
+            raise ConfigError(message)
+        log.warning("%s (ignored)", message)
+        return False
+
+    def _switch_prompt(self, texts: list[str]) -> float:
+        """New cross-attention K/V for the last of `texts`; then re-cache the resident window under it."""
+        t0 = time.perf_counter()
+        block = self.state.next_block
+        for text in texts:
+            self.prompt_log.append((block, text))
+            log.info("prompt from block %d: %r", block, text[:60])
+        with self.profiler.stage("text_encode"):
+            self.pipeline.set_prompt(self.state, self._encode(texts[-1]))
+        self.prompt = texts[-1]
+        if not self.hard_switch:
+            with self.profiler.stage("recache"):
+                self.recache()
+        return time.perf_counter() - t0
+
+    @torch.no_grad()
+    def recache(self) -> bool:
+        """Re-write the resident frames' K/V under the current prompt (LongLive's KV re-cache).
+
+        The cache is reset and the stored clean latents of every block that still has resident frames
+        are run again through the context pass (t = context_noise), sink blocks first, in their original
+        block boundaries and with their original actions. Frames evicted before the switch stay evicted:
+        after the sink blocks the cache restarts at the window's first block. Costs one transformer call
+        per resident block. Returns False (leaving a hard switch) if the cache cannot skip frames.
+        """
+        cache, n = self.state.cache, self.pipeline.sampling.block_frames
+        before = cache.resident_frames()
+        resident = set(before)
+        blocks = [b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
+        if not blocks:
+            return True
+        gaps = [b.start for prev, b in zip([None, *blocks], blocks, strict=False)
+                if b.start > (0 if prev is None else prev.start + prev.latents.shape[1])]
+        if gaps and not hasattr(cache, "restart"):
+            log.warning("the %s KV cache cannot skip evicted frames; the prompt switch keeps the old K/V "
+                        "(hard switch). Use the default ring cache (page_frames=0) to re-cache.",
+                        type(cache).__name__)
+            return False
+        cache.reset()
+        for b in blocks:
+            if b.start > cache.end_frame:
+                cache.restart(b.start)
+            self.pipeline.context_pass(self.state, b.latents, b.start, b.action)
+        if cache.end_frame != self.state.next_frame or cache.resident_frames() != before:
+            raise ConfigError(  # an invariant of the re-cache, not a user mistake; fail loudly rather than drift
+                f"re-cache left frames {cache.resident_frames()} resident (end {cache.end_frame}); "
+                f"expected {before} (end {self.state.next_frame}) with {n}-frame blocks"
+            )
+        self.num_recaches += 1
+        log.debug("re-cached %d blocks (%d frames) under the new prompt", len(blocks), len(before))
+        return True
+
+    def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:
+        """Keep the clean latents of blocks with resident frames (sink blocks included); drop the rest."""
+        self._history.append(_CachedBlock(start, latents, action))
+        resident = set(self.state.cache.resident_frames())
+        self._history = [b for b in self._history
+                         if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
+
+
+__all__ = ["InteractiveSession", "SessionBlock"]
