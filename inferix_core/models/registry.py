@@ -7,9 +7,8 @@ hint, or the bundled model's config) and defaults to Self-Forcing.
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -86,6 +85,7 @@ class WorldModel:
     action_names: tuple[str, ...] = ()
     fps: int = 16
     source: str = ""
+    default_size: tuple[int, int] | None = None  # (width, height) the model was trained at, if it has one
 
     @property
     def device(self) -> torch.device:
@@ -214,22 +214,16 @@ def _load_text_encoder(path: str, text_len: int, device, dtype):
 
 
 def _load_bundled(device, dtype, attention: str) -> WorldModel:
-    try:
-        from ..assets import bundled_model_paths
-    except ImportError as exc:
-        raise MissingFileError("the bundled world model is not part of this installation") from exc
-    paths = bundled_model_paths()
-    meta = json.loads(Path(paths["config"]).read_text())
-    from safetensors.torch import load_file
+    """The toy driving-world model shipped in inferix_core/assets/bundled (its own tiny causal AE)."""
+    from ..assets import load_bundled
 
-    state = load_file(paths["transformer"])
-    context = state.pop("bundled_context", None)
-    config = WanConfig.from_dict(meta["transformer"])
-    transformer = _build_transformer(config, state, device, dtype, attention)
-    vae = _load_vae(paths["vae"], device, dtype) if paths.get("vae") else None
-    sampling = replace(FAMILIES["bundled"].sampling, **meta.get("sampling", {}))
-    cache = replace(FAMILIES["bundled"].cache, **meta.get("cache", {}))
-    return WorldModel("bundled", config, sampling, cache, transformer, vae,
-                      default_context=None if context is None else context.to(device, dtype),
-                      action_names=tuple(meta.get("action_names", ())), fps=int(meta.get("fps", 16)),
-                      source="bundled (inferix_core/assets/bundled)")
+    b = load_bundled(device=device)
+    transformer = b.transformer.to(dtype).requires_grad_(False)
+    set_attention_backend(transformer, attention)
+    vae = b.vae.requires_grad_(False)  # decodes in float32: it is small and exact
+    return WorldModel(
+        "bundled", transformer.config, b.sampling_config(), b.cache_config(), transformer, vae,
+        default_context=b.context.to(device, dtype), action_names=tuple(b.action_names),
+        fps=int(b.config.get("fps", 16)), source="bundled (inferix_core/assets/bundled)",
+        default_size=(int(b.config["width"]), int(b.config["height"])),
+    )

@@ -80,7 +80,7 @@ class WanConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["patch_size"] = list(self.patch_size)
-        return d
+        return {**d.pop("extra"), **d}  # extra keys flat, so from_dict(to_dict(c)) == c
 
     @classmethod
     def from_dict(cls, d: dict) -> WanConfig:
