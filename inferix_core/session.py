@@ -117,6 +117,7 @@ class InteractiveSession:
         with self.profiler.stage("text_encode"):
             context = encode_prompt(world_model, prompt) if isinstance(prompt, torch.Tensor) else self._encode(prompt)
         self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed))
+        self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
         self._decoder = None
@@ -295,8 +296,13 @@ class InteractiveSession:
             self.prompt_log.append((block, text))
             log.info("prompt from block %d: %r", block, text[:60])
         with self.profiler.stage("text_encode"):
-            self.pipeline.set_prompt(self.state, self._encode(texts[-1]))
+            context = self._encode(texts[-1])
         self.prompt = texts[-1]
+        if torch.equal(context, self._context):  # e.g. a model without a text encoder: nothing changes
+            log.info("the new prompt gives the same conditioning; the cache is kept as it is")
+            return time.perf_counter() - t0
+        self._context = context
+        self.pipeline.set_prompt(self.state, context)
         if not self.hard_switch:
             with self.profiler.stage("recache"):
                 self.recache()
