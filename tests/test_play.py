@@ -1,0 +1,156 @@
+"""`inferix play` over real HTTP on a tiny random model (actions in, MJPEG and stats out, stop, playable mp4),
+its key map and workflow reading, and `inferix info`."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import threading
+
+import av
+import pytest
+from PIL import Image
+
+from inferix_core import cli
+from inferix_core.commands import play as play_cmd
+from inferix_core.commands.play import PlaySetup, key_map, play
+from inferix_core.errors import WorkflowError
+from tests.test_api import tiny_world
+
+DRIVING = ("none", "steer_left", "steer_right", "accelerate", "brake")
+W, H = 48, 32
+
+
+def post(port: int, event) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", "/input", json.dumps(event), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 200, body
+    return body
+
+
+def read_mjpeg_frames(port: int, count: int) -> list[Image.Image]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/stream.mjpg")
+    resp = conn.getresponse()
+    assert resp.getheader("Content-Type").startswith("multipart/x-mixed-replace")
+    frames = []
+    while len(frames) < count:
+        assert resp.readline() == b"--frame\r\n"
+        headers = {}
+        while (line := resp.readline()) != b"\r\n":
+            key, value = line.decode().split(":", 1)
+            headers[key.strip().lower()] = value.strip()
+        frames.append(Image.open(io.BytesIO(resp.read(int(headers["content-length"])))))
+        resp.readline()
+    conn.close()
+    return frames
+
+
+def wait_for_session_event(port: int, predicate) -> dict:
+    """Read the SSE stream until a per-block session event satisfies `predicate`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/events")
+    resp = conn.getresponse()
+    while True:
+        line = resp.readline()
+        assert line, "event stream ended"
+        if line.startswith(b"data: "):
+            event = json.loads(line[6:])
+            if event.get("type") == "session" and predicate(event):
+                conn.close()
+                return event
+
+
+def test_key_map_reaches_every_action():
+    keys = key_map(DRIVING)
+    assert keys["w"] == keys["arrowup"] == "accelerate" and keys["s"] == "brake"
+    assert keys["a"] == "steer_left" and keys["arrowright"] == "steer_right" and keys["x"] == "none"
+    assert set(keys.values()) == set(DRIVING)
+    assert key_map(("jump", "left")) == {"a": "left", "arrowleft": "left", "1": "jump"}
+    assert key_map(()) == {}
+
+
+def test_play_over_http_actions_mjpeg_stop_and_a_playable_mp4(tmp_path):
+    world = tiny_world(action_names=DRIVING)
+    ready = threading.Event()
+    views, results = [], []
+
+    def serve():
+        results.append(play(world, width=W, height=H, seed=4, port=0, output=tmp_path / "play.mp4",
+                            on_ready=lambda view: (views.append(view), ready.set())))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert ready.wait(60), "live view did not start"
+        port = views[0].port
+        post(port, {"type": "action", "name": "steer_left"})
+        post(port, [{"type": "action", "name": "accelerate"}, {"type": "action", "name": "brake"}])
+        frames = read_mjpeg_frames(port, 3)
+        assert all(f.format == "JPEG" and f.size == (W, H) for f in frames)
+        wait_for_session_event(port, lambda e: e["action"] == "brake")
+        post(port, {"type": "stop"})
+    finally:
+        if thread.is_alive() and views:
+            views[0].inputs.put({"type": "stop"})
+        thread.join(60)
+    assert not thread.is_alive()
+    result = results[0]
+    log = result.action_log
+    i = log.index("steer_left")
+    assert log[:i] == ["none"] * i  # the idle action until the first key
+    assert log[i : i + 3] == ["steer_left", "accelerate", "brake"]  # one per block, in order
+    assert result.output == tmp_path / "play.mp4" and not (tmp_path / "play.partial.mp4").exists()
+    with av.open(str(result.output)) as f:
+        assert sum(1 for _ in f.decode(video=0)) == result.num_frames > 0
+
+
+def test_cli_play_stops_after_max_blocks(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(play_cmd, "load_setup", lambda args: PlaySetup(tiny_world(DRIVING), width=W, height=H))
+    out = tmp_path / "cli.mp4"
+    assert cli.main(["play", "bundled", "--port", "0", "--max-blocks", "1", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "live view: http://127.0.0.1:" in printed and "w → accelerate" in printed
+    assert "stopped after 1 blocks" in printed and str(out) in printed
+    with av.open(str(out)) as f:
+        assert sum(1 for _ in f.decode(video=0)) > 0
+    assert cli.main(["play", "--port", "0", "--max-blocks", "1", "--no-save"]) == 0
+    assert "video:" not in capsys.readouterr().out
+
+
+def test_workflow_source_reads_the_inferix_nodes(tmp_path, monkeypatch):
+    loaded = {}
+    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.update(path=path, **kw) or "wm")
+    graph = {
+        "1": {"class_type": "InferixLoadWorldModel", "inputs": {"model": "bundled", "vae": "bundled",
+              "preview_decoder": "none", "text_encoder": "bundled", "dtype": "auto", "attention": "sdpa",
+              "device": "auto"}},
+        "3": {"class_type": "InferixKVCacheConfig", "inputs": {"window_frames": 12, "sink_frames": 3,
+              "page_frames": 0, "offload": "off", "gpu_budget_gb": 0.0, "quantization": "none"}},
+        "4": {"class_type": "InferixBlockDenoise", "inputs": {"world_model": ["1", 0], "prompt": "a coast road",
+              "width": 128, "height": 96, "seed": 42}},
+    }  # fmt: skip
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(graph))
+    args = cli.build_parser().parse_args(["play", str(path)])
+    setup = play_cmd.load_setup(args)
+    assert loaded["path"] == "bundled" and loaded["vae_path"] is None and loaded["attention"] == "sdpa"
+    assert (setup.prompt, setup.width, setup.height, setup.seed) == ("a coast road", 128, 96, 42)
+    assert setup.cache.window_frames == 12 and setup.cache.sink_frames == 3
+    path.write_text(json.dumps({"nodes": [], "links": []}))
+    with pytest.raises(WorkflowError, match="Export \\(API\\)"):
+        play_cmd.load_setup(args)
+
+
+def test_info_prints_environment_and_the_model(monkeypatch, capsys):
+    assert cli.main(["info"]) == 0
+    text = capsys.readouterr().out
+    assert "torch" in text and "self_forcing" in text and "sdpa" in text and "available" in text
+    monkeypatch.setattr("inferix_core.commands.info.load_world_model", lambda *a, **k: tiny_world(DRIVING))
+    assert cli.main(["info", "tiny.safetensors"]) == 0
+    text = capsys.readouterr().out
+    assert "family: bundled" in text and "actions: none, steer_left" in text
