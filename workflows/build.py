@@ -35,14 +35,14 @@ STREAM_OUT = {"fps": 16.0, "filename_prefix": "inferix/video", "save_frames": "n
 LONG_PROMPTS = ("0 | a car drives along a coastal road at sunset, cinematic\n"
                 "10 | the road climbs into snowy mountains at dusk\n"
                 "20 | night falls, headlights light up the falling snow")
-DRIVE_ACTIONS = "0 | accelerate\n1.5 | steer_left\n3 | accelerate\n4.5 | steer_right\n6 | brake"
+DRIVE_ACTIONS = "0 | accelerate\n2 | steer_left\n3.5 | accelerate\n5.5 | steer_right\n7 | accelerate\n9 | brake"
 
 # name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
 GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tuple[int, int]]]], list[dict]]] = {
     "quickstart": ("Quickstart: the bundled world model on CPU", [
         (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
         (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
-        (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 4, "width": 128, "height": 128},
+        (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 14, "width": 64, "height": 64},
          {"world_model": (1, 0), "action_schedule": (2, 0)}),
         (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/quickstart"}, {"video": (3, 2)}),
     ], []),
@@ -66,7 +66,7 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
         (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
         (3, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
                                      "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
-        (4, "InferixBlockDenoise", {**DENOISE, "seconds": 8.0, "width": 128, "height": 128},
+        (4, "InferixBlockDenoise", {**DENOISE, "seconds": 8.0, "width": 64, "height": 64},
          {"world_model": (1, 0), "kv_cache": (3, 0), "action_schedule": (2, 0)}),
         (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/drive", "save_frames": "png"},
          {"video": (4, 2)}),
