@@ -4,7 +4,7 @@ The session owns everything one stream needs (pipeline, KV cache, prompt K/V, no
 decoder, sinks) and runs the same per-block body as `BlockDiffusionPipeline.stream()`
 (`denoise_block`). Inputs (prompt, action, pause, resume, stop) are queued and applied only at block
 boundaries, in arrival order. A prompt switch re-caches the resident window under the new prompt
-(LongLive, arXiv:2509.22622 §3.2 "KV re-cache") unless `hard_switch=True`. It does not serve HTTP
+(LongLive's "KV re-cache", arXiv:2509.22622) unless `hard_switch=True`. It does not serve HTTP
 or read keys: `inferix play` (commands/play.py) wires a LiveView to it. See docs/interactive.md.
 """
 

@@ -154,3 +154,18 @@ def test_info_prints_environment_and_the_model(monkeypatch, capsys):
     assert cli.main(["info", "tiny.safetensors"]) == 0
     text = capsys.readouterr().out
     assert "family: bundled" in text and "actions: none, steer_left" in text
+
+
+def test_ctrl_c_leaves_a_playable_file(tmp_path, monkeypatch):
+    real = play_cmd.block_stats
+
+    def interrupt_after_second_block(block):
+        if block.index == 1:
+            raise KeyboardInterrupt  # as Ctrl-C would, between blocks
+        return real(block)
+
+    monkeypatch.setattr(play_cmd, "block_stats", interrupt_after_second_block)
+    result = play(tiny_world(DRIVING), width=W, height=H, port=0, output=tmp_path / "cut.mp4")
+    assert result.interrupted and result.num_blocks == 2 and not (tmp_path / "cut.partial.mp4").exists()
+    with av.open(str(result.output)) as f:
+        assert sum(1 for _ in f.decode(video=0)) == result.num_frames > 0
