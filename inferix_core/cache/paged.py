@@ -11,6 +11,7 @@ its slots are simply overwritten later.
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,9 @@ class LayerView:
     __slots__ = ("_cache", "index")
 
     def __init__(self, cache: PagedKVCache, index: int):
-        self._cache = cache
+        # a weak proxy: the cache owns its views, and a strong back-reference would make a cycle that
+        # keeps gigabytes of K/V alive after the run until the garbage collector happens to run
+        self._cache = weakref.proxy(cache)
         self.index = index
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,6 +24,7 @@ every step: a block step can be captured in a CUDA graph once the window is full
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +52,9 @@ class LayerKV:
     __slots__ = ("_cache", "index")
 
     def __init__(self, cache: RingKVCache, index: int):
-        self._cache = cache
+        # a weak proxy: the cache owns its views, and a strong back-reference would make a cycle that
+        # keeps gigabytes of K/V alive after the run until the garbage collector happens to run
+        self._cache = weakref.proxy(cache)
         self.index = index
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
