@@ -70,7 +70,7 @@ def encode_prompt(world_model: WorldModel, prompt: str | torch.Tensor) -> torch.
             )
         return ctx
     if world_model.text_encoder is not None:
-        return world_model.text_encoder.encode(prompt)
+        return world_model.text_encoder.encode([prompt])  # (1, text_len, text_dim)
     if world_model.default_context is not None:
         if prompt:
             log.info("this model has no text encoder; the prompt text is ignored (it is steered by actions)")
