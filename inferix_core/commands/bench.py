@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sink", type=int, default=0, help="sink frames")
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
+    p.add_argument("--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = BenchConfig(
         preset=args.preset, latent_frames=args.latent_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
-        attention=args.attention, vae_decode=args.vae_decode,
+        attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
     )  # fmt: skip
     result = run_engine_benchmark(cfg)
     print(format_table(result))
