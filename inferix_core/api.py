@@ -9,20 +9,51 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from .cache import KVCacheConfig
-from .errors import ConfigError, GenerationInterruptedError, ShapeMismatchError
+from .cache import KVCacheConfig, MemoryPlan, plan_memory
+from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, ShapeMismatchError
 from .models.registry import WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
 
 log = logging.getLogger(__name__)
+
+
+def seconds_per_block(world_model: WorldModel, sampling: SamplingConfig | None = None) -> float:
+    """Video seconds one block covers: latent frames × VAE temporal stride / fps.
+
+    The one place seconds meet blocks: schedules, `seconds_to_blocks` and the nodes all use it, so a
+    prompt at 5 s and a 5 s video agree on where 5 s is.
+    """
+    sampling = sampling or world_model.sampling
+    return sampling.block_frames * world_model.temporal_compression / world_model.fps
+
+
+def seconds_to_blocks(world_model: WorldModel, seconds: float, sampling: SamplingConfig | None = None) -> int:
+    """Whole blocks that cover `seconds` of video (rounded up, at least 1)."""
+    if seconds <= 0:
+        raise ConfigError(f"seconds must be positive, got {seconds}")
+    return max(1, math.ceil(seconds / seconds_per_block(world_model, sampling) - 1e-9))
+
+
+def block_at(seconds: float, block_s: float) -> int:
+    """The block a schedule entry at `seconds` starts in: the nearest block boundary (LongLive switches there)."""
+    return round(seconds / block_s)
+
+
+def _check_times(times: list[float], what: str) -> None:
+    if not times or times[0] != 0:
+        raise ConfigError(f"a {what} schedule must start with an entry at 0 seconds")
+    if times != sorted(times) or len(set(times)) != len(times):
+        raise ConfigError(f"{what} schedule times must be strictly increasing, got {times}")
 
 
 @dataclass(frozen=True)
@@ -32,11 +63,53 @@ class PromptSchedule:
     entries: tuple[tuple[float, str | torch.Tensor], ...]
 
     def __post_init__(self) -> None:
-        times = [t for t, _ in self.entries]
-        if not self.entries or times[0] != 0:
-            raise ConfigError("a prompt schedule must start with a prompt at 0 seconds")
-        if times != sorted(times) or len(set(times)) != len(times):
-            raise ConfigError(f"prompt schedule times must be strictly increasing, got {times}")
+        _check_times([t for t, _ in self.entries], "prompt")
+
+    def switch_blocks(self, num_blocks: int, block_s: float) -> list[int]:
+        """Block index of every entry after the first; raises before any model work if one starts too late."""
+        blocks = []
+        for t, _ in self.entries[1:]:
+            block = block_at(t, block_s)
+            if block >= num_blocks:
+                raise ConfigError(f"prompt at {t:g} s starts after the video ends ({num_blocks * block_s:.2f} s, "
+                                  f"{num_blocks} blocks); add blocks or move the prompt earlier")
+            blocks.append(max(block, 1))
+        return blocks
+
+
+@dataclass(frozen=True)
+class ActionSchedule:
+    """Actions over time: [(seconds, action name), ...], the first at 0; each holds until the next.
+
+    Actions switch at block boundaries (the nearest one, as prompts do): a block is the smallest unit the
+    model is conditioned on in the interactive session too. Entries that start after the video ends are
+    dropped with a log line (a script of controls may be longer than the clip asked for).
+    """
+
+    entries: tuple[tuple[float, str], ...]
+
+    def __post_init__(self) -> None:
+        _check_times([t for t, _ in self.entries], "action")
+
+    def per_block(self, world_model: WorldModel, num_blocks: int, sampling: SamplingConfig | None = None) -> list[str]:
+        """One action name per block; unknown names raise with the model's list."""
+        names = world_model.action_names
+        if not names:
+            raise ConfigError("this model takes no named actions; disconnect the action schedule")
+        unknown = sorted({a for _, a in self.entries if a not in names})
+        if unknown:
+            raise ConfigError(f"unknown actions {unknown}; this model knows {list(names)}")
+        block_s = seconds_per_block(world_model, sampling)
+        starts = [block_at(t, block_s) for t, _ in self.entries]
+        late = [t for (t, _), b in zip(self.entries, starts) if b >= num_blocks]
+        if late:
+            log.info("actions from %g s on start after the video ends (%d blocks); ignored", late[0], num_blocks)
+        out, k = [], 0
+        for block in range(num_blocks):
+            while k + 1 < len(starts) and starts[k + 1] <= block:
+                k += 1
+            out.append(self.entries[k][1])
+        return out
 
 
 @dataclass
@@ -48,10 +121,15 @@ class VideoResult:
     block_seconds: list[float] = field(default_factory=list)
     first_frame_seconds: float | None = None
     profile: dict | None = None
+    files: tuple[str, ...] = ()  # what the sinks published (final names), e.g. the streamed mp4
 
 
 class GenerationHooks:
-    """Callbacks of generate_video (progress bars, previews, websocket events, interrupts)."""
+    """Callbacks of generate_video and decode_video (progress bars, previews, websocket events, interrupts).
+
+    `on_block_end` timings hold seconds (`denoise_s`, `decode_s`) and, for generation, the KV cache's
+    bytes after the block (`kv_gpu_bytes`, `kv_host_bytes`), so a live panel can show memory per block.
+    """
 
     def on_start(self, num_blocks: int) -> None: ...
 
@@ -123,6 +201,138 @@ def kv_cache_numbers(cache) -> dict[str, float]:
     return {k: v for k, v in cache.stats().items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
+def kv_cache_memory(cache) -> dict[str, float]:
+    """Bytes the KV cache holds now, under the names the live panel reads (GPU-resident and offloaded)."""
+    stats = cache.stats()
+    return {"kv_gpu_bytes": float(stats.get("resident_bytes", 0)), "kv_host_bytes": float(stats.get("offloaded_bytes", 0))}
+
+
+def _initial_latent_count(num_latent: int, sampling: SamplingConfig) -> int:
+    """Latent frames of start frames kept: whole blocks (plus the 1-frame first block if the family has one)."""
+    first = 1 if sampling.independent_first_frame else 0
+    n = sampling.block_frames
+    return first + max(1, (num_latent - first) // n) * n
+
+
+def encode_start_frames(world_model: WorldModel, frames, width: int, height: int,
+                        sampling: SamplingConfig | None = None) -> torch.Tensor:
+    """Given video frames → clean initial latents (1, F0, C, h, w) of whole blocks, to continue from.
+
+    Frames are uint8 [T, H, W, 3] (0..255) or float [T, H, W, 3] in 0..1 (a ComfyUI IMAGE). The causal VAE
+    turns 1 + 4k frames into 1 + k latent frames, and the pipeline takes whole blocks, so:
+
+    * trim: the *oldest* frames are dropped until the rest encode to whole blocks (the newest frames
+      are what the continuation must match);
+    * pad: fewer frames than one block needs are padded at the front with copies of the first frame
+      (a still start), so even a single image works.
+
+    Raises ConfigError when the model has no VAE encoder, ShapeMismatchError on a size mismatch.
+    """
+    sampling = sampling or world_model.sampling
+    vae = world_model.vae
+    if vae is None or not callable(getattr(vae, "encode", None)):
+        raise ConfigError("start_frames need a VAE with an encoder; this world model has none (load a VAE file, "
+                          "the preview decoder cannot encode)")
+    x = torch.as_tensor(np.asarray(frames) if not isinstance(frames, torch.Tensor) else frames)
+    if x.ndim != 4 or x.shape[-1] != 3:
+        raise ShapeMismatchError(f"start_frames must be [T, H, W, 3], got {list(x.shape)}")
+    if (x.shape[1], x.shape[2]) != (height, width):
+        raise ShapeMismatchError(f"start_frames are {x.shape[2]}x{x.shape[1]} but the video is {width}x{height}; "
+                                 "resize them (e.g. ComfyUI's Upscale Image) or change width/height")
+    x = x.float() / 127.5 - 1 if x.dtype == torch.uint8 else x.float().clamp(0, 1) * 2 - 1  # [-1, 1]
+    stride = world_model.temporal_compression
+    keep = _initial_latent_count(1 + (x.shape[0] - 1) // stride, sampling)
+    need = 1 + (keep - 1) * stride  # pixel frames that encode to `keep` latent frames
+    if x.shape[0] < need:
+        log.info("start_frames: %d frames pad to %d (one block) with copies of the first", x.shape[0], need)
+        x = torch.cat([x[:1].expand(need - x.shape[0], -1, -1, -1), x])
+    elif x.shape[0] > need:
+        log.info("start_frames: keeping the newest %d of %d frames (whole blocks)", need, x.shape[0])
+        x = x[-need:]
+    param = next(vae.parameters())
+    video = x.permute(3, 0, 1, 2).unsqueeze(0).to(param.device, param.dtype)  # (1, 3, T, H, W)
+    with torch.no_grad():
+        latents = vae.encode(video)  # (1, C, F0, h, w) normalised
+    return latents.permute(0, 2, 1, 3, 4).to(world_model.device, world_model.dtype)  # (1, F0, C, h, w)
+
+
+def decode_video(world_model: WorldModel, latents: torch.Tensor, hooks: GenerationHooks | None = None, *,
+                 block_frames: int | None = None, decoder: str = "vae") -> np.ndarray:
+    """Decode latents (B, F, C, h, w) block by block with the streaming decoder; uint8 (T, H, W, 3) of item 0.
+
+    Memory stays flat for long videos (one block of pixels at a time) and the result equals a full
+    decode. `block_frames` (default: the family's) only changes progress granularity and peak memory.
+    """
+    hooks = hooks or GenerationHooks()
+    dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
+    if dec is None:
+        raise ConfigError("this world model has no VAE; pick a VAE file in Inferix Load World Model")
+    if latents.ndim != 5:
+        raise ShapeMismatchError(f"latents must be (B, F, C, h, w), got {list(latents.shape)}")
+    step = block_frames or world_model.sampling.block_frames
+    num_blocks = -(-latents.shape[1] // step)
+    param = next(dec.parameters())
+    stream, blocks = dec.stream_decoder(), []
+    hooks.on_start(num_blocks)
+    for index in range(num_blocks):
+        t0 = time.perf_counter()
+        chunk = latents[:, index * step:(index + 1) * step].permute(0, 2, 1, 3, 4)  # (B, C, f, h, w)
+        blocks.append(pixels_to_uint8(stream.decode(chunk.to(param.device, param.dtype))))  # (T, H, W, 3)
+        hooks.on_block_end(index, blocks[-1], {"decode_s": time.perf_counter() - t0})
+        hooks.check_interrupt()
+    return np.concatenate(blocks)
+
+
+def plan_run(world_model: WorldModel, cache: KVCacheConfig | None, width: int, height: int, num_blocks: int,
+             sampling: SamplingConfig | None = None, num_initial_frames: int = 0) -> MemoryPlan:
+    """The memory plan of one run, with `cache.gpu_budget_bytes` as the KV cache's share of the GPU.
+
+    The planner's budget covers the whole run (weights, activations, VAE, cache); the cache config's
+    budget is the cache alone, so the run budget is the rest plus that share. Without a budget the plan
+    only reports. Allocates nothing.
+    """
+    sampling = sampling or world_model.sampling
+    cache = cache or world_model.default_cache
+    lat_h, lat_w = latent_size(world_model, width, height)
+    args = dict(model_config=world_model.config, latent_h=lat_h, latent_w=lat_w, cache_config=cache,
+                dtype=world_model.dtype, vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
+                block_frames=sampling.block_frames, max_frames=num_initial_frames + num_blocks * sampling.block_frames)
+    plan = plan_memory(**args)
+    if cache.gpu_budget_bytes is None:
+        return plan
+    fixed = plan.weights_bytes + plan.activation_bytes + plan.vae_bytes
+    return plan_memory(**args, budget_bytes=fixed + cache.gpu_budget_bytes)
+
+
+def check_plan(plan: MemoryPlan) -> KVCacheConfig:
+    """The requested cache config if it fits its budget; else CacheBudgetError with the planner's advice.
+
+    Stricter than `plan.check()`, which accepts a substitute (offload, int8, a shorter window): we never
+    change the user's cache settings behind their back, we tell them which change fits.
+    """
+    chosen = plan.check()
+    if chosen != plan.requested:
+        raise CacheBudgetError(plan.message)
+    return chosen
+
+
+def open_video_sinks(folder: str | Path, prefix: str, fps: float, *, crf: int = 18,
+                     frames_ext: str = "none") -> list:
+    """An Mp4Sink at the next free `folder/prefix_NNNNN.mp4`, plus a frame folder of that name if asked.
+
+    The mp4 is written as `…partial.mp4`, one flushed fragment per block, and renamed when closed (also on
+    an interrupt), never over an existing file; so a stopped run leaves a playable file of the frames so far.
+    """
+    from .sinks import Mp4Sink, unique_path
+    from .sinks.frames import FrameFolderSink
+
+    path = unique_path(folder, prefix, "mp4")
+    sinks = [Mp4Sink(path, fps, crf=crf)]
+    if frames_ext != "none":
+        sinks.append(FrameFolderSink(Path(folder) / path.stem, prefix="frame", ext=frames_ext))
+    return sinks
+
+
 class ProfiledHooks(PipelineHooks):
     """Pipeline hooks that feed a Profiler: block start, and the `denoise` / `context_pass` stages.
 
@@ -143,6 +353,19 @@ class ProfiledHooks(PipelineHooks):
         self.hooks.check_interrupt()
 
 
+def _actions_for_run(world_model: WorldModel, actions, num_blocks: int, num_initial: int,
+                     sampling: SamplingConfig) -> torch.Tensor | None:
+    """(1, F0 + F, A) actions: a schedule or a per-block name list covers its blocks; given frames take the first."""
+    if isinstance(actions, ActionSchedule):
+        actions = actions.per_block(world_model, num_blocks, sampling)
+    if actions is not None and not isinstance(actions, torch.Tensor) and num_initial:
+        names = list(actions)
+        if len(names) == num_blocks:  # per block → per frame, so the given frames do not shift them
+            names = [a for a in names for _ in range(sampling.block_frames)]
+        actions = names[:1] * num_initial + names
+    return actions_to_tensor(world_model, actions, num_initial + num_blocks * sampling.block_frames)
+
+
 def generate_video(
     world_model: WorldModel,
     prompt: str | torch.Tensor | PromptSchedule = "",
@@ -153,15 +376,24 @@ def generate_video(
     seed: int = 0,
     cache: KVCacheConfig | None = None,
     sampling: SamplingConfig | None = None,
-    actions: torch.Tensor | Sequence[str] | None = None,
+    actions: torch.Tensor | Sequence[str] | ActionSchedule | None = None,
     sinks: Iterable = (),
     hooks: GenerationHooks | None = None,
     decode: bool = True,
     decoder: str = "vae",
     profiler: NullProfiler | None = None,
     initial_latents: torch.Tensor | None = None,
+    start_frames: np.ndarray | torch.Tensor | None = None,
 ) -> VideoResult:
     """Generate `num_blocks` blocks, decoding and streaming each block as soon as it is clean.
+
+    Args:
+        actions: (F, A) tensor, action names (one per block or per latent frame) or an ActionSchedule.
+        sinks: each gets every decoded block as it is produced and is closed at the end, also on an
+            interrupt or error (an Mp4Sink then publishes the frames so far); `VideoResult.files` lists
+            the final names of sinks that have a `path`.
+        start_frames: video frames [T, H, W, 3] to continue from (see `encode_start_frames` for the
+            trim/pad rule); exclusive with `initial_latents`.
 
     With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
     sinks; `VideoResult.profile` holds its report as a dict.
@@ -171,44 +403,53 @@ def generate_video(
     cache = cache or world_model.default_cache
     sinks = list(sinks)
     prof = profiler if profiler is not None else NullProfiler()
-    # 1. geometry and conditioning
-    lat_h, lat_w = latent_size(world_model, width, height)
-    num_frames = num_blocks * sampling.block_frames
-    schedule: list[tuple[int, torch.Tensor]] = []
+    try:
+        # 1. geometry, schedules and start frames: everything that can fail on settings fails here
+        lat_h, lat_w = latent_size(world_model, width, height)
+        block_s = seconds_per_block(world_model, sampling)
+        switches = prompt.switch_blocks(num_blocks, block_s) if isinstance(prompt, PromptSchedule) else []
+        if start_frames is not None:
+            if initial_latents is not None:
+                raise ConfigError("pass start_frames or initial_latents, not both")
+            initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
+        num_initial = 0 if initial_latents is None else initial_latents.shape[1]
+        action_tensor = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
+    except BaseException:
+        for sink in sinks:  # sinks are ours to close even when we never start
+            sink.close()
+        raise
     prof.on_run_start({"family": world_model.family, "width": width, "height": height, "num_blocks": num_blocks,
                        "block_frames": sampling.block_frames, "steps": list(sampling.denoising_steps),
                        "window_frames": cache.window_frames, "sink_frames": cache.sink_frames, "seed": seed})
     stage = prof.stage
+    # 2. text conditioning
     with stage("text_encode"):
         if isinstance(prompt, PromptSchedule):
-            frames_per_block_s = sampling.block_frames * world_model.temporal_compression / world_model.fps
             context = encode_prompt(world_model, prompt.entries[0][1])
-            for t, p in prompt.entries[1:]:
-                block = round(t / frames_per_block_s)
-                if block >= num_blocks:
-                    raise ConfigError(f"prompt at {t}s starts after the video ends ({num_blocks * frames_per_block_s:.1f}s)")
-                schedule.append((max(block, 1), encode_prompt(world_model, p)))
+            schedule = [(b, encode_prompt(world_model, p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
         else:
-            context = encode_prompt(world_model, prompt)
+            context, schedule = encode_prompt(world_model, prompt), []
     request = GenerationRequest(
         num_blocks=num_blocks,
         latent_height=lat_h,
         latent_width=lat_w,
         context=context,
         seed=seed,
-        actions=actions_to_tensor(world_model, actions, num_frames + (0 if initial_latents is None else initial_latents.shape[1])),
+        actions=action_tensor,
         prompt_schedule=schedule,
         initial_latents=initial_latents,
     )
     pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
-    # 2. a streaming decoder that keeps its causal cache across blocks
+    # 3. a streaming decoder that keeps its causal cache across blocks
     stream = None
     if decode:
         dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
         if dec is None:
+            for sink in sinks:
+                sink.close()
             raise ConfigError("decode=True needs a VAE: pick a VAE file in LoadWorldModel, or set decode=False")
         stream = dec.stream_decoder()
-    # 3. the block loop
+    # 4. the block loop
     hooks.on_start(num_blocks)
     t_start = time.perf_counter()
     latents, frames, block_seconds, first_frame = [], [], [], None
@@ -227,7 +468,7 @@ def generate_video(
                     prof.on_first_frame()
                 with stage("sink"):
                     for sink in sinks:
-                        sink.write(pix, out.index)
+                        sink.write(pix, out.index)  # on disk before the block is reported done
                 frames.append(pix)
             else:
                 decode_s = 0.0
@@ -235,13 +476,15 @@ def generate_video(
             if not out.is_initial:  # given frames are context, not generated: the profiler never opened them
                 prof.record_kv_cache(kv_cache_numbers(pipe.kv_cache))
                 prof.on_block_end(out.index, 0 if pix is None else len(pix))
-            hooks.on_block_end(out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s})
+            hooks.on_block_end(out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s,
+                                                **kv_cache_memory(pipe.kv_cache)})
     except KeyboardInterrupt as exc:
         raise GenerationInterruptedError("generation interrupted; the frames written so far are kept") from exc
     finally:
         for sink in sinks:
             sink.close()
         prof.on_run_end()
+    files = tuple(str(sink.path) for sink in sinks if getattr(sink, "path", None) is not None)
     return VideoResult(
         latents=torch.cat(latents, dim=1),
         frames=np.concatenate(frames) if frames else None,
@@ -250,10 +493,13 @@ def generate_video(
         block_seconds=block_seconds,
         first_frame_seconds=first_frame,
         profile=prof.report().to_dict() if isinstance(prof, Profiler) else None,
+        files=files,
     )
 
 
 __all__ = [
-    "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult", "actions_to_tensor",
-    "encode_prompt", "generate_video", "kv_cache_numbers", "latent_size", "pixels_to_uint8",
+    "ActionSchedule", "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult",
+    "actions_to_tensor", "block_at", "check_plan", "decode_video", "encode_prompt", "encode_start_frames",
+    "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
+    "plan_run", "seconds_per_block", "seconds_to_blocks",
 ]  # fmt: skip
