@@ -15,6 +15,7 @@ from .load_world_model import InferixLoadWorldModel
 from .reports import InferixLVBenchScore, InferixProfileReport
 from .schedules import InferixActionSchedule, InferixPromptSchedule
 from .stream_out import InferixStreamOut
+from .stream_settings import InferixStreamSettings
 from .vae_decode import InferixVAEDecode
 
 comfy_runtime.register_model_folders()
@@ -24,6 +25,7 @@ NODES = [
     InferixKVCacheConfig,
     InferixPromptSchedule,
     InferixActionSchedule,
+    InferixStreamSettings,
     InferixBlockDenoise,
     InferixVAEDecode,
     InferixStreamOut,

@@ -1,8 +1,10 @@
 """InferixBlockDenoise: generate a video block by block with a world model; the pack's main node.
 
-It converts ComfyUI types (text or CONDITIONING, IMAGE, widget strings) into the core's request and
-calls `inferix_core.api.generate_video` once; the block loop, cache, decoding and timing live there.
-A fresh KV cache is built on every run and no input object is modified.
+It converts ComfyUI types (text or CONDITIONING, IMAGE, widget strings) into the core's request, checks
+the memory plan, and calls `inferix_core.api.generate_video` once; the block loop, cache, decoding,
+schedules, start frames and timing live there. With Stream Settings connected it also hands the core an
+mp4 sink in the output folder, so the file grows block by block while the node runs (ComfyUI runs a
+downstream node only after this one finishes). A fresh KV cache is built every run; no input is modified.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import math
 from typing import Any
 
 from . import comfy_runtime as rt
 from . import types
 from .compat import io
+from .stream_settings import split_prefix
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +46,13 @@ def conditioning_tensor(conditioning: Any) -> Any:
     return conditioning[0][0]
 
 
-def seconds_per_block(world_model: Any, sampling: Any) -> float:
-    """Video seconds one block covers: latent frames x VAE temporal stride / fps (as generate_video maps prompts)."""
-    return sampling.block_frames * world_model.temporal_compression / world_model.fps
-
-
-def actions_per_frame(schedule: list[tuple[float, str]], num_frames: int, frame_seconds: float) -> list[str]:
-    """A timed action schedule [(start_seconds, name)] → one action name per latent frame."""
-    names, k = [], 0
-    for f in range(num_frames):
-        while k + 1 < len(schedule) and schedule[k + 1][0] <= f * frame_seconds + 1e-9:
-            k += 1
-        names.append(schedule[k][1])
-    return names
-
-
 def summarize(result: Any, width: int, height: int) -> str:
-    """One line about a finished run, shown on the node."""
+    """A line about a finished run (and the file it streamed to), shown on the node."""
     frames = 0 if result.frames is None else len(result.frames)
     first = "" if result.first_frame_seconds is None else f", first frame after {result.first_frame_seconds:.2f} s"
-    return (f"{len(result.block_seconds)} blocks, {frames} frames {width}x{height} at {result.fps} fps "
+    line = (f"{len(result.block_seconds)} blocks, {frames} frames {width}x{height} at {result.fps} fps "
             f"in {result.seconds:.1f} s{first}")
+    return line + "".join(f"\nstreamed to {path}" for path in result.files)
 
 
 def frames_to_image(frames: Any) -> Any:
@@ -114,14 +102,24 @@ class InferixBlockDenoise(io.ComfyNode):
                                            tooltip="Prompts that switch at given seconds (Inferix Prompt "
                                                    "Schedule); replaces the prompt text."),
                 types.ActionSchedule.Input("action_schedule", optional=True,
-                                           tooltip="Actions per block for interactive world models (Inferix "
-                                                   "Action Schedule)."),
+                                           tooltip="Actions over time for interactive world models (Inferix "
+                                                   "Action Schedule); they switch at block boundaries."),
+                types.StreamSettings.Input("stream", optional=True,
+                                           tooltip="Inferix Stream Settings: write the mp4 to the output folder "
+                                                   "block by block while generating. A stopped run keeps a "
+                                                   "playable file of the frames so far."),
+                io.Image.Input("start_frames", optional=True,
+                               tooltip="Video frames to continue from, at this node's width and height. The "
+                                       "oldest frames are dropped to whole blocks (4 frames per latent frame); "
+                                       "fewer than one block are padded with the first frame. Needs a VAE "
+                                       "with an encoder."),
             ],
             outputs=[
                 io.Latent.Output("latent", tooltip="Clean latents as ComfyUI LATENT, samples [B, C, F, h, w]."),
                 io.Image.Output("frames", tooltip="Decoded frames as an IMAGE batch, one image per video frame."),
-                types.Video.Output("video", tooltip="The whole result (frames, fps, per-block timings) for "
-                                                    "Inferix Stream Out, Profile Report and LV-Bench Score."),
+                types.Video.Output("video", tooltip="The whole result (frames, fps, per-block timings, the "
+                                                    "streamed file) for Inferix Stream Out, Profile Report and "
+                                                    "LV-Bench Score."),
             ],
             hidden=[io.Hidden.unique_id],
         )
@@ -146,8 +144,9 @@ class InferixBlockDenoise(io.ComfyNode):
     @classmethod
     def execute(cls, world_model: Any, prompt: str, num_blocks: int, seconds: float, width: int, height: int,
                 denoising_steps: str, seed: int, kv_cache: Any = None, conditioning: Any = None,
-                prompt_schedule: Any = None, action_schedule: Any = None) -> io.NodeOutput:
-        from inferix_core.api import generate_video
+                prompt_schedule: Any = None, action_schedule: Any = None, stream: Any = None,
+                start_frames: Any = None) -> io.NodeOutput:
+        from inferix_core.api import check_plan, generate_video, open_video_sinks, plan_run, seconds_to_blocks
         from inferix_core.errors import ConfigError
         from inferix_core.profiling import Profiler
 
@@ -155,28 +154,34 @@ class InferixBlockDenoise(io.ComfyNode):
         if isinstance(steps, str):
             raise ConfigError(steps)
         sampling = dataclasses.replace(world_model.sampling, denoising_steps=steps) if steps else world_model.sampling
-        block_s = seconds_per_block(world_model, sampling)
         if seconds > 0:
-            num_blocks = max(1, math.ceil(seconds / block_s - 1e-9))
-        if prompt_schedule is not None:  # fail before any model work; same block rule as generate_video
-            late = [t for t, _ in prompt_schedule.entries if round(t / block_s) >= num_blocks]
-            if late:
-                raise ConfigError(f"prompt at {late[0]:g} s starts after the video ends ({num_blocks * block_s:.2f} s, "
-                                  f"{num_blocks} blocks); add blocks or move the prompt earlier")
+            num_blocks = seconds_to_blocks(world_model, seconds, sampling)
+        # the model is a link, so ComfyUI cannot show it to validate_inputs: the budget is checked here,
+        # before any model work
+        num_start = 0 if start_frames is None else len(start_frames)
+        plan = plan_run(world_model, kv_cache, width, height, num_blocks, sampling,
+                        num_initial_frames=-(-num_start // world_model.temporal_compression))
+        log.info("%s", plan.describe())
+        check_plan(plan)
         text = prompt_schedule if prompt_schedule is not None else (
             conditioning_tensor(conditioning) if conditioning is not None else prompt)
-        actions = None
-        if action_schedule is not None:
-            actions = actions_per_frame(action_schedule, num_blocks * sampling.block_frames, block_s / sampling.block_frames)
+        sinks = []
+        if stream is not None:
+            folder, prefix = split_prefix(stream.filename_prefix)
+            sinks = open_video_sinks(folder, prefix, stream.fps or world_model.fps, crf=stream.crf,
+                                     frames_ext=stream.save_frames)
         hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
-        profiler = Profiler(world_model.device)
-        profiler.on_run_start()  # temporary: generate_video times text encoding before it starts the profiler
         try:
             result = generate_video(world_model, text, num_blocks=num_blocks, width=width, height=height, seed=seed,
-                                    cache=kv_cache, sampling=sampling, actions=actions, hooks=hooks, profiler=profiler)
+                                    cache=kv_cache, sampling=sampling, actions=action_schedule, hooks=hooks,
+                                    profiler=Profiler(world_model.device), sinks=sinks, start_frames=start_frames)
+        except BaseException:
+            if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
+                log.warning("stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written,
+                            sinks[0].path)
+            raise
         finally:
             hooks.close()
-        result = dataclasses.replace(result, profile=profiler.report().to_dict())  # a copy; the core's is untouched
         latent = {"samples": result.latents.permute(0, 2, 1, 3, 4).contiguous()}  # [B,F,C,h,w] → [B,C,F,h,w]
-        return io.NodeOutput(latent, frames_to_image(result.frames), result,
-                             ui={"text": [summarize(result, width, height)]})
+        ui = {"text": [summarize(result, width, height) + "\n" + plan.describe()]}  # Stream Out shows the file
+        return io.NodeOutput(latent, frames_to_image(result.frames), result, ui=ui)

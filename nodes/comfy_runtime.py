@@ -231,9 +231,12 @@ class BlockHooks:
         preview = _last_frame_image(frames)
         saved = save_preview(preview, f"{self.run_id}_block") if preview is not None else None
         self.progress.update(index + 1, preview)
+        # the core reports KV-cache bytes among the timings (kv_gpu_bytes, kv_host_bytes); the panel reads memory
+        timings = dict(timings or {})
+        memory = {**{k: timings.pop(k) for k in list(timings) if k.startswith("kv_")}, **(memory or {})}
         send_event(BLOCK_EVENT, {
             "node": self.node_id, "run": self.run_id, "block": index, "num_blocks": self.num_blocks,
-            "timings": dict(timings or {}), "memory": dict(memory or {}), "preview": saved,
+            "timings": timings, "memory": memory, "preview": saved,
         })
         check_interrupt()
 

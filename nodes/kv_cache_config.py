@@ -1,12 +1,14 @@
 """InferixKVCacheConfig: the KV-cache settings node; emits a frozen `KVCacheConfig` on its own socket.
 
-It only builds the dataclass (which validates itself); sizing the cache for a model and resolution
-is the planner's job, run by the denoise node when the model and geometry are known.
+It only builds the dataclass (which validates itself). With a world model connected it also shows the
+planner's memory plan (`inferix_core.api.plan_run`) at the model's own size, for a preview; Block Denoise
+plans again for the real size and length and refuses a config over its budget before any model work.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from inferix_core.cache.spec import OFFLOAD_MODES, QUANTIZATIONS, KVCacheConfig
 
@@ -16,6 +18,8 @@ from .compat import io
 log = logging.getLogger(__name__)
 
 GIB = 1 << 30
+PLAN_SIZE = (832, 480)  # (width, height) planned for models without a size of their own (Wan 2.1 T2V)
+PLAN_SECONDS = 10.0  # run length planned for (global attention grows with it)
 
 
 def build_config(window_frames: int, sink_frames: int, page_frames: int, offload: str,
@@ -60,12 +64,17 @@ class InferixKVCacheConfig(io.ComfyNode):
                                tooltip="Keep cold pages in pinned CPU memory: 'auto' only when the GPU budget "
                                        "would be exceeded, 'always' for every page outside the current block."),
                 io.Float.Input("gpu_budget_gb", default=0.0, min=0.0, max=1024.0, step=0.5,
-                               tooltip="GPU memory the KV cache may use, in GiB (0 = no limit). The run fails "
-                                       "before it starts if the plan does not fit and offload is off."),
+                               tooltip="GPU memory the KV cache may use, in GiB (0 = no limit). Block Denoise "
+                                       "refuses to start when the cache as configured does not fit, and says "
+                                       "which change would (shorter window, int8, offload)."),
                 io.Combo.Input("quantization", options=list(QUANTIZATIONS), default="none",
                                tooltip="Store cached K/V as int8 or int4 with per-channel scales (KIVI-style), "
                                        "keeping the newest frames in full precision. Halves or quarters cache "
                                        "memory at a small quality cost."),
+                types.WorldModel.Input("world_model", optional=True,
+                                       tooltip="Optional: show the memory plan for this model here (at its own "
+                                               "size, or 832x480, for 10 s). Block Denoise always checks the "
+                                               "plan for the real size and length."),
             ],
             outputs=[types.KVCacheConfig.Output("kv_cache", tooltip="Cache settings for Inferix Block Denoise.")],
         )
@@ -88,6 +97,22 @@ class InferixKVCacheConfig(io.ComfyNode):
 
     @classmethod
     def execute(cls, window_frames: int, sink_frames: int, page_frames: int, offload: str,
-                gpu_budget_gb: float, quantization: str) -> io.NodeOutput:
+                gpu_budget_gb: float, quantization: str, world_model: Any = None) -> io.NodeOutput:
         config = build_config(window_frames, sink_frames, page_frames, offload, gpu_budget_gb, quantization)
-        return io.NodeOutput(config, ui={"text": [describe(config)]})
+        text = describe(config)
+        if world_model is not None:
+            text += "\n\n" + plan_text(world_model, config)
+        return io.NodeOutput(config, ui={"text": [text]})
+
+
+def plan_text(world_model: Any, config: KVCacheConfig) -> str:
+    """The memory plan at the model's size for PLAN_SECONDS, saying what was assumed and whether it fits."""
+    from inferix_core.api import plan_run, seconds_to_blocks
+
+    width, height = world_model.default_size or PLAN_SIZE
+    num_blocks = seconds_to_blocks(world_model, PLAN_SECONDS)
+    plan = plan_run(world_model, config, width, height, num_blocks)
+    fits = plan.chosen == plan.requested
+    verdict = "fits its budget" if fits else "does NOT fit its budget: Block Denoise will refuse it"
+    log.info("KV cache plan at %dx%d, %g s: %s", width, height, PLAN_SECONDS, verdict)
+    return f"planned for {width}x{height}, {PLAN_SECONDS:g} s ({num_blocks} blocks): {verdict}\n{plan.describe()}"

@@ -1,7 +1,7 @@
 """InferixProfileReport and InferixLVBenchScore: read a finished video's timings or quality as text.
 
-The measurements are `inferix_core.profiling`'s (ProfileReport) and the scores `inferix_core.metrics.lvbench`'s;
-these nodes only choose inputs, pass the metric weights folder and lay numbers out as text.
+The measurements and their text layout are `inferix_core.profiling`'s (ProfileReport, format_profile) and the scores `inferix_core.metrics.lvbench`'s;
+these nodes only choose inputs and pass the metric weights folder.
 """
 
 from __future__ import annotations
@@ -39,35 +39,12 @@ class InferixProfileReport(io.ComfyNode):
     @classmethod
     def execute(cls, video: Any) -> io.NodeOutput:
         from inferix_core.errors import ConfigError
-        from inferix_core.profiling import ProfileReport
+        from inferix_core.profiling import ProfileReport, format_profile
 
         if not video.profile:
             raise ConfigError("this video carries no profile; generate it with Inferix Block Denoise")
-        report = ProfileReport.from_dict(video.profile)
-        text = profile_text(report)
+        text = format_profile(ProfileReport.from_dict(video.profile))
         return io.NodeOutput(text, ui={"text": [text]})
-
-
-def _num(value: float | None, unit: str, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}{unit}"
-
-
-def profile_text(report: Any) -> str:
-    """A ProfileReport as a few plain-text lines: throughput, latency, stages, memory."""
-    lat = report.block_latency_s
-    lines = [
-        f"{report.num_frames} frames in {report.wall_s:.2f} s on {report.device}: {_num(report.fps, ' fps')} "
-        f"(steady {_num(report.steady_fps, ' fps')}), first frame {_num(report.time_to_first_frame_s, ' s')}",
-        f"block latency: median {_num(lat.get('median'), ' s')}, p90 {_num(lat.get('p90'), ' s')}, "
-        f"max {_num(lat.get('max'), ' s')}",
-    ]
-    for name, total in report.stage_totals.items():
-        lines.append(f"  {name}: {total['wall_s']:.2f} s over {int(total['count'])} call(s)")
-    lines.append(f"peak host memory {report.peak_rss_bytes / 2**30:.2f} GiB"
-                 + ("" if report.peak_gpu_bytes is None else f", peak GPU {report.peak_gpu_bytes / 2**30:.2f} GiB"))
-    for block in report.blocks:
-        lines.append(f"  block {block.index}: {block.wall_s:.3f} s, {block.num_frames} frames")
-    return "\n".join(lines)
 
 
 class InferixLVBenchScore(io.ComfyNode):

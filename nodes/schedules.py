@@ -1,8 +1,8 @@
 """InferixPromptSchedule and InferixActionSchedule: timed text lines → the core's schedules.
 
 Each line is `<time> | <value>` or `<time>: <value>`, time in seconds (12.5) or MM:SS(.s). The nodes
-only split lines; reading times and checking order is `inferix_core.metrics.lvbench.prompts`'s
-(the same parser the CLI uses for LV-Bench caption files), and mapping to blocks is the pipeline's.
+only split lines; reading times is `inferix_core.metrics.lvbench.prompts`'s (the same parser the CLI
+uses for LV-Bench caption files), and mapping times to blocks is `inferix_core.api`'s.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class InferixPromptSchedule(io.ComfyNode):
             display_name="Inferix Prompt Schedule",
             category=f"{types.CATEGORY}/conditioning",
             description="One prompt per line, each with the second it starts at. The prompt switches at the "
-                        "first block boundary at or after that time; the KV cache keeps the scene continuous.",
+                        "nearest block boundary; the KV cache keeps the scene continuous.",
             inputs=[
                 io.String.Input("schedule", multiline=True,
                                 default="0 | a car drives along a coastal road at sunset\n"
@@ -92,7 +92,8 @@ class InferixActionSchedule(io.ComfyNode):
             node_id="InferixActionSchedule",
             display_name="Inferix Action Schedule",
             category=f"{types.CATEGORY}/conditioning",
-            description="One action per line, each with the second it starts at; it holds until the next line. "
+            description="One action per line, each with the second it starts at; it holds until the next line "
+                        "and switches at the nearest block boundary. "
                         "Action names come from the model family (the bundled driving model: none, "
                         "steer_left, steer_right, accelerate, brake).",
             inputs=[
@@ -102,8 +103,8 @@ class InferixActionSchedule(io.ComfyNode):
                                         "Unknown action names fail when the model reads them."),
             ],
             outputs=[types.ActionSchedule.Output("action_schedule",
-                                                 tooltip="[(start seconds, action)] for the action_schedule input "
-                                                         "of Inferix Block Denoise.")],
+                                                 tooltip="Actions over time for the action_schedule input of "
+                                                         "Inferix Block Denoise; they switch at block boundaries.")],
         )
 
     @classmethod
@@ -112,4 +113,6 @@ class InferixActionSchedule(io.ComfyNode):
 
     @classmethod
     def execute(cls, schedule: str) -> io.NodeOutput:
-        return io.NodeOutput(parse_schedule(schedule, "action"))
+        from inferix_core.api import ActionSchedule
+
+        return io.NodeOutput(ActionSchedule(tuple(parse_schedule(schedule, "action"))))

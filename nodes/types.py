@@ -1,7 +1,7 @@
 """Custom socket types of the pack: each carries one frozen core object between nodes.
 
 A socket never carries a dict of settings (see STYLE.md, the WanVideoWrapper counter-example): the
-object on the wire is the core's own type, named in each docstring below.
+object on the wire is a frozen dataclass, the core's own type except StreamSettings (named below).
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from .compat import io
 WorldModel = io.Custom("INFERIX_WORLD_MODEL")
 # inferix_core.cache.spec.KVCacheConfig
 KVCacheConfig = io.Custom("INFERIX_KV_CACHE_CONFIG")
-# inferix_core prompt schedule: (start latent frame, prompt) segments
+# inferix_core.api.PromptSchedule: (seconds, prompt) entries
 PromptSchedule = io.Custom("INFERIX_PROMPT_SCHEDULE")
-# inferix_core action schedule: per-block action vectors for interactive world models
+# inferix_core.api.ActionSchedule: (seconds, action name) entries for interactive world models
 ActionSchedule = io.Custom("INFERIX_ACTION_SCHEDULE")
+# nodes.stream_settings.StreamSettings: where Block Denoise streams its mp4 (relative to the output folder)
+StreamSettings = io.Custom("INFERIX_STREAM_SETTINGS")
 # inferix_core.api.VideoResult: latents, uint8 frames [T, H, W, 3], fps, per-block profile
 Video = io.Custom("INFERIX_VIDEO")
 

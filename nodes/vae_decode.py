@@ -1,7 +1,7 @@
 """InferixVAEDecode: decode video latents to frames with the world model's VAE, one block at a time.
 
-The streaming decode (causal-conv caches carried between blocks, equal to a full decode) is the VAE's
-`stream_decoder()`; this node converts LATENT ↔ IMAGE, feeds it block by block and reports progress.
+The streaming decode (causal-conv caches carried between blocks, equal to a full decode) is
+`inferix_core.api.decode_video`; this node converts LATENT ↔ IMAGE and reports progress.
 """
 
 from __future__ import annotations
@@ -51,31 +51,13 @@ class InferixVAEDecode(io.ComfyNode):
 
     @classmethod
     def execute(cls, world_model: Any, latent: dict, block_frames: int, use_preview_decoder: bool) -> io.NodeOutput:
-        import numpy as np
+        from inferix_core.api import decode_video
 
-        from inferix_core.api import pixels_to_uint8
-        from inferix_core.errors import ConfigError
-
-        decoder = world_model.preview_decoder if use_preview_decoder and world_model.preview_decoder else world_model.vae
-        if decoder is None:
-            raise ConfigError("this world model has no VAE; pick a VAE file in Inferix Load World Model")
         samples = latent["samples"]  # [B, C, F, h, w]
-        num_blocks = -(-samples.shape[2] // block_frames)
-        hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
-        # Temporary: the loop below belongs in the core (an `api.decode_video(world_model, latents, hooks)`);
-        # replace it with that one call when it exists.
-        stream, blocks = decoder.stream_decoder(), []
+        hooks = rt.BlockHooks(cls.hidden.unique_id, -(-samples.shape[2] // block_frames))
         try:
-            for index in range(num_blocks):
-                chunk = samples[:, :, index * block_frames:(index + 1) * block_frames]
-                pixels = stream.decode(chunk.to(world_model.device, decoder_dtype(decoder)))  # [B, 3, T, H, W]
-                blocks.append(pixels_to_uint8(pixels))  # [T, H, W, 3] uint8 of batch item 0
-                hooks.on_block_end(index, blocks[-1], {})
+            frames = decode_video(world_model, samples.permute(0, 2, 1, 3, 4), hooks, block_frames=block_frames,
+                                  decoder="preview" if use_preview_decoder else "vae")  # uint8 [T, H, W, 3]
         finally:
             hooks.close()
-        return io.NodeOutput(frames_to_image(np.concatenate(blocks)))
-
-
-def decoder_dtype(decoder: Any) -> Any:
-    """The dtype of a decoder's weights (latents are cast to it)."""
-    return next(decoder.parameters()).dtype
+        return io.NodeOutput(frames_to_image(frames))

@@ -32,6 +32,10 @@ SF_LOADER = {**BUNDLED_LOADER, "model": SELF_FORCING["name"], "vae": WAN_VAE["na
 DENOISE = {"prompt": "a car drives along a winding coastal road at sunset", "num_blocks": 7, "seconds": 0.0,
            "width": 832, "height": 480, "denoising_steps": "1000,750,500,250", "seed": 42}
 STREAM_OUT = {"fps": 16.0, "filename_prefix": "inferix/video", "save_frames": "none", "crf": 18}
+# Block Denoise writes the mp4 while it generates (Stream Settings → its `stream` input); Stream Out shows it
+STREAM = {"filename_prefix": "inferix/video", "fps": 0.0, "crf": 18, "save_frames": "none"}
+KV_WINDOW = {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off", "gpu_budget_gb": 0.0,
+             "quantization": "none"}
 LONG_PROMPTS = ("0 | a car drives along a coastal road at sunset, cinematic\n"
                 "10 | the road climbs into snowy mountains at dusk\n"
                 "20 | night falls, headlights light up the falling snow")
@@ -42,50 +46,53 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
     "quickstart": ("Quickstart: the bundled world model on CPU", [
         (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
         (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
+        (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/quickstart"}, {}),
         (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 14, "width": 64, "height": 64},
-         {"world_model": (1, 0), "action_schedule": (2, 0)}),
+         {"world_model": (1, 0), "action_schedule": (2, 0), "stream": (5, 0)}),
         (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/quickstart"}, {"video": (3, 2)}),
     ], []),
     "self_forcing_t2v": ("Self-Forcing text-to-video (Wan 2.1 1.3B, 4 steps per block)", [
         (1, "InferixLoadWorldModel", SF_LOADER, {}),
-        (2, "InferixBlockDenoise", DENOISE, {"world_model": (1, 0)}),
+        (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/self_forcing"}, {}),
+        (2, "InferixBlockDenoise", DENOISE, {"world_model": (1, 0), "stream": (5, 0)}),
         (3, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/self_forcing"}, {"video": (2, 2)}),
         (4, "InferixProfileReport", {}, {"video": (2, 2)}),
     ], [SELF_FORCING, WAN_VAE, UMT5]),
     "long_video": ("Long video: rolling window with attention sink and a prompt schedule", [
         (1, "InferixLoadWorldModel", SF_LOADER, {}),
-        (2, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
-                                     "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
+        (2, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
         (3, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
+        (6, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/long"}, {}),
         (4, "InferixBlockDenoise", {**DENOISE, "seconds": 30.0},
-         {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0)}),
+         {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0), "stream": (6, 0)}),
         (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/long"}, {"video": (4, 2)}),
     ], [SELF_FORCING, WAN_VAE, UMT5]),
     "interactive": ("Interactive: an action-driven world (bundled driving model)", [
         (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
         (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
-        (3, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
-                                     "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
+        (3, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
+        (6, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/drive", "save_frames": "png"}, {}),
         (4, "InferixBlockDenoise", {**DENOISE, "seconds": 8.0, "width": 64, "height": 64},
-         {"world_model": (1, 0), "kv_cache": (3, 0), "action_schedule": (2, 0)}),
-        (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/drive", "save_frames": "png"},
-         {"video": (4, 2)}),
+         {"world_model": (1, 0), "kv_cache": (3, 0), "action_schedule": (2, 0), "stream": (6, 0)}),
+        (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/drive"}, {"video": (4, 2)}),
     ], []),
     "low_vram": ("Low VRAM: bf16, KV cache offload and int8 quantization under a 2 GiB budget", [
         (1, "InferixLoadWorldModel", {**SF_LOADER, "dtype": "bf16"}, {}),
         (2, "InferixKVCacheConfig", {"window_frames": 21, "sink_frames": 3, "page_frames": 3, "offload": "auto",
-                                     "gpu_budget_gb": 2.0, "quantization": "int8"}, {}),
-        (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 20}, {"world_model": (1, 0), "kv_cache": (2, 0)}),
+                                     "gpu_budget_gb": 2.0, "quantization": "int8"}, {"world_model": (1, 0)}),
+        (6, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/low_vram"}, {}),
+        (3, "InferixBlockDenoise", {**DENOISE, "num_blocks": 20},
+         {"world_model": (1, 0), "kv_cache": (2, 0), "stream": (6, 0)}),
         (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/low_vram"}, {"video": (3, 2)}),
         (5, "InferixProfileReport", {}, {"video": (3, 2)}),
     ], [SELF_FORCING, WAN_VAE, UMT5]),
     "lvbench_score": ("LV-Bench: generate a long video and score its quality drift", [
         (1, "InferixLoadWorldModel", SF_LOADER, {}),
-        (2, "InferixKVCacheConfig", {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload": "off",
-                                     "gpu_budget_gb": 0.0, "quantization": "none"}, {}),
+        (2, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
         (3, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
+        (7, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/lvbench"}, {}),
         (4, "InferixBlockDenoise", {**DENOISE, "seconds": 30.0},
-         {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0)}),
+         {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0), "stream": (7, 0)}),
         (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/lvbench"}, {"video": (4, 2)}),
         (6, "InferixLVBenchScore", {"metrics": "published (5 VDE metrics)", "chunks": 10}, {"video": (4, 2)}),
     ], [SELF_FORCING, WAN_VAE, UMT5]),

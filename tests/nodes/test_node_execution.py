@@ -39,10 +39,13 @@ def tiny_workflow() -> dict:
             "quantization": "none"}},
         "4": {"class_type": "InferixBlockDenoise", "inputs": {
             "world_model": ["1", 0], "conditioning": ["2", 0], "kv_cache": ["3", 0], "prompt": "", "num_blocks": 3,
-            "seconds": 0.0, "width": 96, "height": 64, "denoising_steps": "1000,750,500,250", "seed": 7}},
+            "seconds": 0.0, "width": 96, "height": 64, "denoising_steps": "1000,750,500,250", "seed": 7,
+            "stream": ["7", 0]}},
         "5": {"class_type": "InferixStreamOut", "inputs": {
-            "video": ["4", 2], "fps": 16.0, "filename_prefix": "inferix/tiny", "save_frames": "png", "crf": 18}},
+            "video": ["4", 2], "fps": 16.0, "filename_prefix": "inferix/other", "save_frames": "none", "crf": 18}},
         "6": {"class_type": "InferixProfileReport", "inputs": {"video": ["4", 2]}},
+        "7": {"class_type": "InferixStreamSettings", "inputs": {
+            "filename_prefix": "inferix/tiny", "fps": 0.0, "crf": 18, "save_frames": "png"}},
     }
 
 
@@ -63,7 +66,10 @@ def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
     assert image.dtype == torch.float32 and image.shape[1:] == (64, 96, 3) and 0 <= image.min() <= image.max() <= 1
     assert len(video.frames) == image.shape[0]
     mp4 = output_dir / "inferix" / "tiny_00001.mp4"
+    assert video.files == (str(mp4.resolve()),)  # written by Block Denoise while it generated
     assert mp4.is_file() and not list(output_dir.rglob("*.partial*"))
+    assert [p.name for p in output_dir.rglob("*.mp4")] == [mp4.name]  # Stream Out showed it, no re-encode
+    assert "streamed to" in result.ui["4"]["text"][0] and "Memory plan" in result.ui["4"]["text"][0]
     assert result.ui["5"] == {"images": [{"filename": "tiny_00001.mp4", "subfolder": "inferix", "type": "output"}],
                               "animated": [True]}
     assert len(list((output_dir / "inferix" / "tiny_00001").glob("*.png"))) == image.shape[0]

@@ -19,7 +19,7 @@ def all_inputs(node_class):
 def test_ids_category_and_display_names(node_classes):
     from inferix_nodes import NODE_DISPLAY_NAME_MAPPINGS
 
-    assert len(node_classes) == 9
+    assert len(node_classes) == 10
     for node_id, cls in node_classes.items():
         assert node_id.startswith("Inferix"), node_id
         assert cls.CATEGORY.startswith("Inferix/"), (node_id, cls.CATEGORY)
@@ -68,6 +68,10 @@ def test_sockets_and_combo_lists(node_classes):
     model_choices = node_classes["InferixLoadWorldModel"].INPUT_TYPES()["required"]["model"][0]
     assert model_choices[0] == "bundled"  # old-ComfyUI combo spelling: the list of options
     assert node_classes["InferixStreamOut"].OUTPUT_NODE is True
+    assert declared["optional"]["stream"][0] == "INFERIX_STREAM_SETTINGS"
+    assert declared["optional"]["start_frames"][0] == "IMAGE"
+    assert node_classes["InferixStreamSettings"].RETURN_TYPES == ("INFERIX_STREAM_SETTINGS",)
+    assert node_classes["InferixKVCacheConfig"].INPUT_TYPES()["optional"]["world_model"][0] == "INFERIX_WORLD_MODEL"
 
 
 def test_shim_rejects_unknown_widget_options():

@@ -58,3 +58,6 @@ def test_prompt_schedule_text(node_classes):
 def test_stream_out_prefix_stays_in_output(node_classes, output_dir):
     assert "outside the output folder" in validate(node_classes, "InferixStreamOut", filename_prefix="../../etc/x")
     assert validate(node_classes, "InferixStreamOut", filename_prefix="inferix/video") is True
+    assert "outside the output folder" in validate(node_classes, "InferixStreamSettings", filename_prefix="../x")
+    assert "empty" in validate(node_classes, "InferixStreamSettings", filename_prefix=" ")
+    assert validate(node_classes, "InferixStreamSettings", filename_prefix="inferix/video") is True
