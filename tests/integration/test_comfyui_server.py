@@ -6,7 +6,6 @@ Skipped unless COMFYUI_DIR and COMFYUI_PYTHON are set (see conftest.py and docs/
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -107,18 +106,26 @@ def test_queue_quickstart_produces_mp4(comfyui, tmp_path):
 
 @pytest.mark.skipif(not QUICKSTART, reason="no workflows/*quickstart*.json yet")
 @pytest.mark.skipif(not BUNDLED_MODEL.is_file(), reason=f"the quickstart needs the bundled model ({BUNDLED_MODEL})")
-def test_interrupt_stops_an_inferix_run(comfyui):
+def test_interrupt_leaves_a_playable_partial_file(comfyui):
+    """POST /interrupt after the first block: the run stops, and the mp4 Block Denoise was streaming is kept,
+    renamed from `.partial.mp4` to its final name, playable, holding the blocks finished so far."""
     websocket = pytest.importorskip("websocket")
+    av = pytest.importorskip("av")
     workflow = json.loads(QUICKSTART[0].read_text())
     if "nodes" in workflow:
         pytest.skip("the quickstart workflow is UI format; this test posts API format directly")
+    denoise = next(n for n in workflow.values() if n["class_type"] == "InferixBlockDenoise")
+    denoise["inputs"].update(num_blocks=400, seconds=0.0)  # long enough that it cannot finish first
+    settings = next(n for n in workflow.values() if n["class_type"] == "InferixStreamSettings")
+    settings["inputs"]["filename_prefix"] = "inferix/interrupted"
+    folder = comfyui.output_dir / "inferix"
     client_id = uuid.uuid4().hex
     ws = websocket.create_connection(f"{comfyui.url.replace('http', 'ws', 1)}/ws?clientId={client_id}", timeout=120)
     try:
         status, body = comfyui.post_json("/prompt", {"prompt": workflow, "client_id": client_id})
         assert status == 200, body
         prompt_id = body["prompt_id"]
-        sent = threading.Event()
+        blocks_seen = 0
         deadline = time.monotonic() + 540
         while time.monotonic() < deadline:
             raw = ws.recv()
@@ -126,13 +133,14 @@ def test_interrupt_stops_an_inferix_run(comfyui):
                 continue
             msg = json.loads(raw)
             data = msg.get("data") or {}
+            if msg["type"] == "inferix.block":  # a block is on disk before its event is sent
+                blocks_seen += 1
+                if blocks_seen == 1:
+                    assert list(folder.glob("interrupted_*.partial.mp4")), "no partial file while generating"
+                    comfyui.post_json("/interrupt", {})
+                continue
             if data.get("prompt_id") not in (None, prompt_id):
                 continue
-            node = data.get("node")
-            if not sent.is_set() and msg["type"] in ("executing", "progress") and node \
-                    and workflow.get(node, {}).get("class_type", "").startswith("Inferix"):
-                comfyui.post_json("/interrupt", {})
-                sent.set()
             if msg["type"] == "execution_interrupted":
                 break
             if msg["type"] == "execution_error":
@@ -144,3 +152,9 @@ def test_interrupt_stops_an_inferix_run(comfyui):
         ws.close()
     history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
     assert any(event == "execution_interrupted" for event, _ in history["status"]["messages"])
+    assert not list(folder.glob("*.partial*")), "a half-written file was left under a partial name"
+    [kept] = folder.glob("interrupted_*.mp4")
+    with av.open(str(kept)) as container:
+        num_frames = sum(1 for _ in container.decode(video=0))
+    assert 0 < num_frames < 400 * 12, num_frames  # some whole blocks, not the full run
+    assert (num_frames - 1) % 4 == 0  # whole latent frames: 1 + 4k pixel frames
