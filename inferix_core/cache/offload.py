@@ -1,23 +1,45 @@
-"""Offloaded KV pages: cold layers' pages live in pinned CPU memory and are prefetched layer by layer.
+"""Offloaded KV pages: cold layers' past window lives in pinned CPU memory and is streamed in per call.
 
-Which layers are offloaded is decided from the GPU budget (`offload_layout`): all of them with
-offload="always", otherwise as few as the budget requires, spread evenly over the depth so that the
-compute of resident layers in between hides the transfers. Per offloaded layer, per call:
+Why per call and not once per block: every one of a block's calls (4 denoising steps + the context pass)
+attends, in every layer, to the same past window, and the calls run layer 0..L−1 one after another. A
+layer's past would have to stay on the GPU from its use in call 1 to its use in call 5, i.e. for every
+layer at once: that is the resident cache. With bounded GPU memory the past of an offloaded layer
+crosses PCIe once per call; what offload can avoid is everything else (docs/kv_cache.md, "Offload:
+bytes and time"):
 
-    h2d stream:   [prefetch L_j → staging j%2]          (issued two offloaded layers ahead)
-    compute:          wait ─┘ write new K/V into staging, gather the span, attend ...
-    d2h stream:                      └─ write the call's new K/V back to the host pages (async)
+* the current block's K/V never crosses PCIe while the block is being denoised: every offloaded layer
+  keeps it in a small device *block buffer* (block_frames · T tokens), rewritten by each call;
+* the past (sink + older window frames, unchanged during a block) is streamed per call into one of
+  2 rotating staging buffers, two offloaded layers ahead, on a side stream;
+* the block is written back to the host once, when the first call of another block begins (after the
+  context pass), on a second side stream.
 
-Results are bitwise equal to the resident paged cache: the same index_copy_/index_select run on the
-same values, only the place the older pages come from differs. On CPU there are no streams: the
-"host" store is a second tensor store and every copy runs inline, so tests cover the same logic.
-It does not combine with quantized pages yet (the factory says so).
+Per offloaded layer j (ordinal among offloaded layers), per call::
+
+    h2d:      [past pages of j → staging (s % 2)]        issued ≥ 2 offloaded layers ahead (s: rotation)
+                 waits: staging free (gather of j−2 done), host pages hold the last write-back of j
+    compute:  wait h2d(j) ─┘ → block_buf[j] ← k,v  → staging[w] ← k,v (index_copy_) → span = staging[r]
+                 (waits write-back of block_buf[j] before overwriting it)  → record "staging free"
+    d2h:      at the next block's begin(): block_buf[j] → host pages of the finished block (once)
+
+Staging has the slot layout of the page store, so the write/read indices are the resident cache's and
+the gathered span holds the same values in the same order: results are bitwise equal to the resident
+paged cache. Side streams only touch persistent tensors (host pages, staging, block buffers), so the
+caching allocator never sees a tensor used across streams (no record_stream) and nothing allocates in
+the loop.
+
+On CPU there are no streams; `HostLane` emulates one as a queue of deferred copies (same calls, same
+events). By default a side copy runs only when something waits on its event, the latest moment a GPU
+could run it, so a missing wait shows up on CPU as a wrong value (tests/cache/test_offload.py). It does
+not combine with quantized pages yet (the factory says so).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +53,7 @@ from .table import DeviceIndex, contiguous_runs, token_slots
 log = logging.getLogger(__name__)
 
 GiB = 1024**3
+STAGING_BUFFERS = 2  # a 3rd adds a layer of lookahead but no bandwidth: when copies are the bottleneck it buys nothing
 
 
 @dataclass(frozen=True)
@@ -39,8 +62,9 @@ class OffloadLayout:
 
     offloaded: tuple[int, ...]
     resident: tuple[int, ...]
-    layer_bytes: int  # K and V page storage of one layer
-    num_staging: int  # device buffers the offloaded layers rotate through
+    layer_bytes: int  # K and V page storage of one layer (the whole planned window)
+    num_staging: int  # device buffers (layer_bytes each) the offloaded layers rotate through
+    block_bytes: int = 0  # K and V of one block of one layer: the device block buffer of an offloaded layer
 
     @property
     def num_offloaded(self) -> int:
@@ -48,49 +72,184 @@ class OffloadLayout:
 
     @property
     def device_bytes(self) -> int:
-        return (len(self.resident) + self.num_staging) * self.layer_bytes
+        return (len(self.resident) + self.num_staging) * self.layer_bytes + len(self.offloaded) * self.block_bytes
 
     @property
     def host_bytes(self) -> int:
         return len(self.offloaded) * self.layer_bytes
 
 
+def _layer_and_block_bytes(config: KVCacheConfig, spec: KVCacheSpec) -> tuple[int, int]:
+    frame = 2 * spec.frame_tokens * spec.num_heads * spec.head_dim * spec.batch_size * _elem(spec)  # K and V
+    slots = planned_pages(config, spec) * (config.page_frames or spec.block_frames)
+    return slots * frame, spec.block_frames * frame
+
+
+def _device_bytes(num_layers: int, m: int, layer_bytes: int, block_bytes: int) -> int:
+    """GPU bytes with m of num_layers layers offloaded (what OffloadLayout.device_bytes will say)."""
+    return (num_layers - m + min(STAGING_BUFFERS, m)) * layer_bytes + m * block_bytes
+
+
 def offload_layout(config: KVCacheConfig, spec: KVCacheSpec) -> OffloadLayout:
     """Choose the offloaded layers for `config.offload` and `config.gpu_budget_bytes`.
 
+    The fewest layers the budget allows are offloaded: per call every offloaded layer streams its past
+    window, so fewer offloaded layers is less PCIe traffic per call and more compute to hide it behind.
     With m of L layers offloaded, layer i is offloaded when ⌊(i+1)·m/L⌋ > ⌊i·m/L⌋, which spreads them
     evenly (L = 6, m = 2: layers 2 and 5), so every transfer has L/m layers of compute to hide behind.
     """
-    slots = planned_pages(config, spec) * (config.page_frames or spec.block_frames)
-    layer_bytes = 2 * slots * spec.frame_tokens * spec.num_heads * spec.head_dim * spec.batch_size * _elem(spec)
+    layer_bytes, block_bytes = _layer_and_block_bytes(config, spec)
     num_layers = spec.num_layers
     budget = config.gpu_budget_bytes
     if config.offload == "off" or (config.offload == "auto" and (budget is None or budget >= num_layers * layer_bytes)):
         m = 0
     elif config.offload == "always" or budget is None:
         m = num_layers
-    else:  # fewest offloaded layers m whose resident layers + staging buffers fit the budget
-        fits = [m for m in range(1, num_layers + 1) if (num_layers - m + min(2, m)) * layer_bytes <= budget]
+    else:  # fewest offloaded layers m whose resident layers + staging + block buffers fit the budget
+        fits = [m for m in range(1, num_layers + 1) if _device_bytes(num_layers, m, layer_bytes, block_bytes) <= budget]
         if not fits:
+            need = _device_bytes(num_layers, num_layers, layer_bytes, block_bytes)
             raise CacheBudgetError(
-                f"offloaded KV cache needs {min(2, num_layers)} staging layers of {layer_bytes / GiB:.2f} GiB on the "
-                f"GPU but gpu_budget_bytes is {budget / GiB:.2f} GiB. Lower window_frames, set "
-                "quantization='int8', or raise gpu_budget_bytes."
+                f"offloaded KV cache needs {need / GiB:.2f} GiB on the GPU even with every layer offloaded "
+                f"({min(STAGING_BUFFERS, num_layers)} staging layers of {layer_bytes / GiB:.2f} GiB + {num_layers} "
+                f"block buffers of {block_bytes / GiB:.3f} GiB) but gpu_budget_bytes is {budget / GiB:.2f} GiB. "
+                "Lower window_frames, set quantization='int8', or raise gpu_budget_bytes."
             )
         m = fits[0]
     offloaded = tuple(i for i in range(num_layers) if (i + 1) * m // num_layers > i * m // num_layers)
     resident = tuple(i for i in range(num_layers) if i not in offloaded)
-    return OffloadLayout(offloaded, resident, layer_bytes, min(2, m))
+    return OffloadLayout(offloaded, resident, layer_bytes, min(STAGING_BUFFERS, m), block_bytes if m else 0)
+
+
+def budget_for_offloaded(config: KVCacheConfig, spec: KVCacheSpec, num_offloaded: int) -> int:
+    """The gpu_budget_bytes under which offload="auto" offloads exactly `num_offloaded` layers (≥ 3, or all).
+
+    Device bytes fall by layer_bytes − block_bytes per offloaded layer from the 3rd on (the first two
+    offloaded layers only trade places with the two staging buffers), so small m < 3 never pays off.
+    """
+    layer_bytes, block_bytes = _layer_and_block_bytes(config, spec)
+    return _device_bytes(spec.num_layers, num_offloaded, layer_bytes, block_bytes)
 
 
 def _elem(spec: KVCacheSpec) -> int:
     return torch.empty((), dtype=spec.dtype).element_size()
 
 
+# -- copy lanes: a CUDA stream, or its CPU emulation -----------------------------------------------------
+class HostEvent:
+    """CPU stand-in for a CUDA event: position `seq` in a HostLane's queue (None: already happened)."""
+
+    __slots__ = ("lane", "seq", "time")
+
+    def __init__(self, lane: HostLane | None = None, seq: int = 0):
+        self.lane, self.seq, self.time = lane, seq, None if lane is not None else time.perf_counter()
+
+    def query(self) -> bool:
+        return self.lane is None or self.lane.done >= self.seq
+
+    def synchronize(self) -> None:
+        if self.lane is not None:
+            self.lane.run_until(self.seq)
+
+
+class HostLane:
+    """CPU emulation of a side stream: an in-order queue of copies and waits.
+
+    "deferred": an entry runs only when an event after it is waited on (the latest a GPU could run it);
+    "eager": it runs when enqueued (program order). A missing wait shows as wrong values in one of them.
+    """
+
+    def __init__(self, schedule: str = "deferred"):
+        self.schedule = schedule
+        self.queue: deque[Callable[[], None]] = deque()
+        self.issued = self.done = 0
+
+    def _put(self, fn: Callable[[], None]) -> None:
+        self.queue.append(fn)
+        self.issued += 1
+        if self.schedule == "eager":
+            self.run_until(self.issued)
+
+    def run_until(self, seq: int) -> None:
+        while self.done < seq:
+            fn = self.queue.popleft()
+            self.done += 1  # before running: a wait inside may recurse into another lane, never into this one
+            fn()
+
+    def wait(self, event: HostEvent | None) -> None:
+        if event is not None:
+            self._put(event.synchronize)
+
+    def record(self, timing: bool = False) -> HostEvent:
+        ev = HostEvent(self, self.issued + 1)
+        self._put(lambda: setattr(ev, "time", time.perf_counter()))
+        return ev
+
+    def copies(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for dst, src in pairs:
+            self._put(lambda dst=dst, src=src: dst.copy_(src))
+
+    def synchronize(self) -> None:
+        self.run_until(self.issued)
+
+
+class CudaLane:
+    """A CUDA side stream (or, with stream=None, whatever stream is current: the compute stream)."""
+
+    def __init__(self, device: torch.device, side: bool):
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device) if side else None
+
+    def _s(self) -> torch.cuda.Stream:
+        return self.stream if self.stream is not None else torch.cuda.current_stream(self.device)
+
+    def wait(self, event: torch.cuda.Event | None) -> None:
+        if event is not None:
+            self._s().wait_event(event)
+
+    def record(self, timing: bool = False) -> torch.cuda.Event:
+        ev = torch.cuda.Event(enable_timing=timing)
+        ev.record(self._s())
+        return ev
+
+    def copies(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Enqueue dst.copy_(src) for each pair; host sides are pinned, so each is one async memcpy."""
+        with torch.cuda.stream(self._s()):
+            for dst, src in pairs:
+                dst.copy_(src, non_blocking=True)
+
+    def synchronize(self) -> None:
+        self._s().synchronize()
+
+
+class ComputeLane:
+    """CPU: the compute "stream" is the host itself; a wait runs the side lane up to the event."""
+
+    def wait(self, event: HostEvent | None) -> None:
+        if event is not None:
+            event.synchronize()
+
+    def record(self, timing: bool = False) -> HostEvent:
+        return HostEvent()
+
+    def synchronize(self) -> None:
+        """Nothing queued: compute ran as it was called."""
+
+
+def _seconds(start, end) -> float | None:
+    """end − start in seconds once both happened (CUDA events may be on different streams), else None."""
+    if isinstance(start, HostEvent):
+        return None if start.time is None or end.time is None else end.time - start.time
+    if not (end.query() and start.query()):
+        return None
+    return start.elapsed_time(end) / 1000.0
+
+
 class OffloadStore(DenseStore):
-    """Resident layers as in DenseStore; offloaded layers in (pinned) host memory plus staging buffers."""
+    """Resident layers as in DenseStore; offloaded layers in (pinned) host memory, see the module docstring."""
 
     kind = "offload"
+    cpu_schedule = "deferred"  # HostLane schedule on CPU; tests run "eager" too
 
     def __init__(self, config: KVCacheConfig, spec: KVCacheSpec, num_frame_slots: int):
         self.config, self.spec = config, spec
@@ -99,161 +258,210 @@ class OffloadStore(DenseStore):
         self.device = torch.device(spec.device)
         self.cuda = self.device.type == "cuda"
         self.ordinal = {layer: j for j, layer in enumerate(self.layout.offloaded)}
-        host, pin = torch.device("cpu"), self.cuda
-        self.k = [self._alloc(num_frame_slots, host if i in self.ordinal else None, pin and i in self.ordinal)
+        self.m, self.d = self.layout.num_offloaded, self.layout.num_staging
+        host = torch.device("cpu")
+        self.k = [self._alloc(num_frame_slots, host if i in self.ordinal else None, self.cuda and i in self.ordinal)
                   for i in range(spec.num_layers)]
-        self.v = [self._alloc(num_frame_slots, host if i in self.ordinal else None, pin and i in self.ordinal)
+        self.v = [self._alloc(num_frame_slots, host if i in self.ordinal else None, self.cuda and i in self.ordinal)
                   for i in range(spec.num_layers)]
-        n = self.layout.num_staging
-        self.stage_k = [self._alloc(num_frame_slots) for _ in range(n)]
-        self.stage_v = [self._alloc(num_frame_slots) for _ in range(n)]
+        self.stage_k = [self._alloc(num_frame_slots) for _ in range(self.d)]
+        self.stage_v = [self._alloc(num_frame_slots) for _ in range(self.d)]
+        self.blk_frames = spec.block_frames if self.m else 0  # capacity of a block buffer, in frames
+        self.blk_k = [self._alloc(self.blk_frames) for _ in range(self.m)]
+        self.blk_v = [self._alloc(self.blk_frames) for _ in range(self.m)]
         self.write_index = DeviceIndex(spec.device)
         self.read_index = DeviceIndex(spec.device)
         if self.cuda:
-            self.h2d = torch.cuda.Stream(device=self.device)
-            self.d2h = torch.cuda.Stream(device=self.device)
-        self._runs: list[tuple[int, int, int]] = []
+            self.compute = CudaLane(self.device, side=False)
+            self.h2d, self.d2h = CudaLane(self.device, side=True), CudaLane(self.device, side=True)
+        else:
+            self.compute = ComputeLane()
+            self.h2d, self.d2h = HostLane(self.cpu_schedule), HostLane(self.cpu_schedule)
+        # hazards between lanes, kept across reset(): copies of a previous run may still be in flight
+        self._buffer_free: list = [None] * self.d  # compute gathered from staging buffer b
+        self._blk_written: list = [None] * self.m  # compute wrote block buffer j (the write-back waits)
+        self._wb_done: list = [None] * self.m  # block buffer j is on the host (prefetch and overwrite wait)
+        self._seq = 0  # staging rotation over every prefetch ever issued
+        # write-backs a lane has not waited on yet (a stream is in order: one wait per write-back is enough)
+        self._wb_unseen_h2d: set[int] = set()
+        self._wb_unseen_compute: set[int] = set()
         self.reset()
         log.info(
-            "KV offload: %d of %d layers on the host (%.2f GiB pinned), %d resident + %d staging on %s (%.2f GiB)",
-            self.layout.num_offloaded, spec.num_layers, self.layout.host_bytes / GiB, len(self.layout.resident),
-            n, self.device, self.layout.device_bytes / GiB,
+            "KV offload: %d of %d layers on the host (%.2f GiB pinned), %d resident + %d staging + %d block buffers "
+            "on %s (%.2f GiB)", self.m, spec.num_layers, self.layout.host_bytes / GiB, len(self.layout.resident),
+            self.d, self.m, self.device, self.layout.device_bytes / GiB,
         )
 
     def reset(self) -> None:
-        self._issued: dict[int, torch.cuda.Event | None] = {}
-        self._used: set[int] = set()  # offloaded ordinals whose staging buffer was gathered from this call
-        self._buffer_free: dict[int, torch.cuda.Event] = {}
-        self._writeback_done: dict[int, torch.cuda.Event] = {}
-        self._timings: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        """Forget the frames (pending block buffers included); keep the events that order in-flight copies."""
+        self._pending: list[tuple[int, ...]] = [()] * self.m  # frames block buffer j holds, newer than the host
+        self._frames: tuple[int, ...] = ()
+        self._past_runs: list[tuple[int, int, int]] = []
+        self._past_tokens = 0
+        self._issued: dict[int, tuple[int, object]] = {}  # ordinal → (staging buffer, h2d done event)
+        self._next_issue = self._next_use = 0
+        self._timings: list[tuple[str, object, object]] = []
+        self._stalls: list[tuple[object, object]] = []
         self.h2d_bytes = self.d2h_bytes = 0
-        self.h2d_seconds = self.d2h_seconds = 0.0
-        self.prefetch_hits = self.prefetch_ready = self.prefetch_misses = 0
+        self.h2d_seconds = self.d2h_seconds = self.stall_seconds = 0.0
+        self.prefetch_hits = self.prefetch_ready = self.prefetch_misses = self.stalls_folded = 0
+        self.writebacks = 0
 
-    # -- per call ----------------------------------------------------------------------------------
+    # -- per call (host) ---------------------------------------------------------------------------
     def commit(self, plan: CallPlan) -> None:
-        """Indices to the device, write-back runs on the host, and the first two prefetches issued."""
+        """Indices to the device; write back a finished block; plan the past runs; issue the first prefetches.
+
+        Past frames = live frames the call does not write. Their token slots, ascending, merged into runs of
+        consecutive slots, are copied to the same slots of a staging buffer::
+
+            live  f0 | f6 f7 f8 | f9 f10 f11  (write: f9..f11)    slots  0 | 15 16 17 | 3 4 5
+            past  f0, f6..f8 → token runs [0·T, 1·T) and [15·T, 18·T)  (f9..f11 come from k, v)
+        """
         super().commit(plan)
-        self._runs = contiguous_runs(token_slots(plan.write_frame_slots, self.spec.frame_tokens))
-        self._issued, self._used = {}, set()
-        self._fold_timings(limit=256)
-        for j in range(self.layout.num_staging):
-            self._issue(j)
+        if self.m == 0:
+            return
+        ft = self.spec.frame_tokens
+        frames = tuple(range(plan.start_frame, plan.start_frame + plan.num_frames))
+        if plan.num_frames > self.blk_frames:
+            self._grow_block_buffers(plan.num_frames)
+        slot_of = dict(zip(plan.live_frames, plan.live_frame_slots.tolist()))
+        for j in range(self.m):  # 1. once per block: the finished block's K/V go to the host
+            if self._pending[j] and self._pending[j] != frames:
+                self._write_back(j, slot_of)
+        written = set(frames)
+        past = np.array(sorted(s for f, s in slot_of.items() if f not in written), dtype=np.int64)
+        tokens = token_slots(past, ft)
+        self._past_runs = contiguous_runs(tokens)  # (slot, _, length): same slots in host and staging
+        self._past_tokens = int(tokens.size)
+        self._frames = frames
+        self._fold(limit=512)
+        self._issued, self._next_issue, self._next_use = {}, 0, 0  # 2. a new call: prefetch from ordinal 0
+        self._issue_ahead()
+
+    def _issue_ahead(self) -> None:
+        """Keep prefetches issued up to `d` ordinals past the last one used (in ordinal order)."""
+        while self._next_issue < min(self.m, self._next_use + self.d):
+            self._issue(self._next_issue)
 
     def prefetch(self, layer: int) -> None:
-        """Start bringing `layer`'s pages in, if it is offloaded and its staging buffer is free."""
+        """A hint: the store already prefetches `d` offloaded layers ahead, so this only issues in order."""
         j = self.ordinal.get(layer)
-        n = self.layout.num_staging
-        if j is not None and j not in self._issued and (j < n or j - n in self._used):
+        if j is not None and j == self._next_issue and j < self._next_use + self.d:
             self._issue(j)
 
     def _issue(self, j: int) -> None:
-        layer, buf = self.layout.offloaded[j], j % self.layout.num_staging
-        nbytes = 2 * self.k[layer].numel() * self.k[layer].element_size()
-        self.h2d_bytes += nbytes
-        if not self.cuda:
-            t0 = time.perf_counter()
-            self.stage_k[buf].copy_(self.k[layer])
-            self.stage_v[buf].copy_(self.v[layer])
-            self.h2d_seconds += time.perf_counter() - t0
-            self._issued[j] = None
-            return
-        start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(self.h2d):
-            if buf in self._buffer_free:  # the layer that used this buffer last has gathered from it
-                self.h2d.wait_event(self._buffer_free[buf])
-            if layer in self._writeback_done:  # the host pages hold the last call's writes
-                self.h2d.wait_event(self._writeback_done[layer])
-            start.record(self.h2d)
-            self.stage_k[buf].copy_(self.k[layer], non_blocking=True)
-            self.stage_v[buf].copy_(self.v[layer], non_blocking=True)
-            done.record(self.h2d)
+        """h2d: the past frames of offloaded layer j → the next staging buffer, after it is free."""
+        layer, buf = self.layout.offloaded[j], self._seq % self.d
+        self._seq += 1
+        self.h2d.wait(self._buffer_free[buf])  # the layer that used this buffer last has gathered from it
+        if j in self._wb_unseen_h2d:  # the host pages must hold this layer's last written-back block
+            self.h2d.wait(self._wb_done[j])
+            self._wb_unseen_h2d.discard(j)
+        hk, hv, sk, sv = self.k[layer], self.v[layer], self.stage_k[buf], self.stage_v[buf]
+        pairs = [(s[b, a : a + n], h[b, a : a + n]) for a, _, n in self._past_runs
+                 for b in range(hk.shape[0]) for s, h in ((sk, hk), (sv, hv))]
+        start = self.h2d.record(timing=True)
+        self.h2d.copies(pairs)
+        done = self.h2d.record(timing=True)
         self._timings.append(("h2d", start, done))
-        self._issued[j] = done
+        self.h2d_bytes += 2 * self._past_tokens * self._token_bytes()
+        self._issued[j] = (buf, done)
+        self._next_issue = j + 1
 
     def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         j = self.ordinal.get(layer)
         if j is None:
             return super().write_read(layer, k, v)
-        if j not in self._issued:  # nobody prefetched it: fetch on demand (correct, but exposed)
-            self.prefetch_misses += 1
-            self._issue(j)
-        else:
+        if j in self._issued:
             self.prefetch_hits += 1
-        buf = j % self.layout.num_staging
+        else:  # used out of order (never in the pipeline): restart the prefetch chain here; correct, exposed
+            self.prefetch_misses += 1
+            self._issued, self._next_issue = {}, j
+            self._issue(j)
+        buf, ready = self._issued.pop(j)
         kb, vb = self.stage_k[buf], self.stage_v[buf]
         k, v = k.to(kb.dtype).contiguous(), v.to(vb.dtype).contiguous()
-        if self.cuda:
-            ready = self._issued[j]
-            self.prefetch_ready += bool(ready.query())  # already arrived: the transfer was fully hidden
-            torch.cuda.current_stream(self.device).wait_event(ready)
+        n = k.shape[1]
+        reach = self.compute.record(timing=True)
+        self.compute.wait(ready)  # the past pages have landed in the staging buffer
+        self._stalls.append((reach, ready))
+        if j in self._wb_unseen_compute:  # the block buffer's last write-back has read it
+            self.compute.wait(self._wb_done[j])
+            self._wb_unseen_compute.discard(j)
+        self.blk_k[j][:, :n].copy_(k)
+        self.blk_v[j][:, :n].copy_(v)
         kb.index_copy_(1, self._w, k)
         vb.index_copy_(1, self._w, v)
         k_all, v_all = kb.index_select(1, self._r), vb.index_select(1, self._r)  # (B, L, H, D)
-        self._write_back(layer, buf, k, v)
-        self._used.add(j)
-        nxt = j + self.layout.num_staging
-        if nxt < self.layout.num_offloaded:
-            self._issue(nxt)
+        used = self.compute.record()
+        self._buffer_free[buf] = self._blk_written[j] = used
+        self._pending[j] = self._frames
+        self._next_use = j + 1
+        self._issue_ahead()
         return k_all, v_all
 
-    def _write_back(self, layer: int, buf: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Copy this call's new K/V into the layer's host pages (runs of consecutive token slots)."""
-        hk, hv = self.k[layer], self.v[layer]
-        self.d2h_bytes += 2 * k.numel() * k.element_size()
-        if not self.cuda:
-            t0 = time.perf_counter()
-            for b in range(k.shape[0]):
-                for dst, src, n in self._runs:
-                    hk[b, dst : dst + n].copy_(k[b, src : src + n])
-                    hv[b, dst : dst + n].copy_(v[b, src : src + n])
-            self.d2h_seconds += time.perf_counter() - t0
+    def _write_back(self, j: int, slot_of: dict[int, int]) -> None:
+        """d2h: block buffer j → host pages of its frames that are still live; once per block."""
+        ft, layer = self.spec.frame_tokens, self.layout.offloaded[j]
+        keep = [(slot_of[f] * ft, i * ft) for i, f in enumerate(self._pending[j]) if f in slot_of]
+        self._pending[j] = ()
+        if not keep:  # the whole block left the window already (window < 2 blocks)
             return
-        compute = torch.cuda.current_stream(self.device)
-        gathered = compute.record_event()
-        self._buffer_free[buf] = gathered
-        start, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(self.d2h):
-            self.d2h.wait_event(gathered)
-            start.record(self.d2h)
-            for b in range(k.shape[0]):
-                for dst, src, n in self._runs:
-                    hk[b, dst : dst + n].copy_(k[b, src : src + n], non_blocking=True)
-                    hv[b, dst : dst + n].copy_(v[b, src : src + n], non_blocking=True)
-            done.record(self.d2h)
-        k.record_stream(self.d2h)  # keep the allocator from reusing k/v before the copy has run
-        v.record_stream(self.d2h)
-        self._writeback_done[layer] = done
+        dst = np.array([d for d, _ in keep], dtype=np.int64)
+        src = np.array([s for _, s in keep], dtype=np.int64)
+        runs = _runs_frames(dst, src, ft)
+        hk, hv, bk, bv = self.k[layer], self.v[layer], self.blk_k[j], self.blk_v[j]
+        pairs = [(h[b, d : d + n], s[b, s0 : s0 + n]) for d, s0, n in runs
+                 for b in range(hk.shape[0]) for h, s in ((hk, bk), (hv, bv))]
+        self.d2h.wait(self._blk_written[j])
+        start = self.d2h.record(timing=True)
+        self.d2h.copies(pairs)
+        done = self.d2h.record(timing=True)
+        self._wb_done[j] = done
+        self._wb_unseen_h2d.add(j)
+        self._wb_unseen_compute.add(j)
         self._timings.append(("d2h", start, done))
+        self.d2h_bytes += 2 * len(keep) * ft * self._token_bytes()
+        self.writebacks += 1
 
-    # -- inspection --------------------------------------------------------------------------------
-    def read_frames(self, layer: int, frames: list[int], frame_slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer not in self.ordinal:
-            return super().read_frames(layer, frames, frame_slots)
+    def _token_bytes(self) -> int:
+        s = self.spec
+        return s.batch_size * s.num_heads * s.head_dim * _elem(s)
+
+    # -- inspection and growth (never in the loop) -------------------------------------------------
+    def _sync(self) -> None:
         if self.cuda:
-            torch.cuda.synchronize(self.device)  # inspection only, never in the loop
-        idx = torch.from_numpy(token_slots(frame_slots, self.spec.frame_tokens))
-        return self.k[layer].index_select(1, idx).to(self.device), self.v[layer].index_select(1, idx).to(self.device)
+            torch.cuda.synchronize(self.device)
+        else:
+            self.d2h.synchronize()
+            self.h2d.synchronize()
 
-    def _fold_timings(self, limit: int = 0) -> None:
-        """Add finished copies' event times to the totals (query() never blocks)."""
-        if len(self._timings) <= limit:
-            return
-        pending = []
-        for kind, start, done in self._timings:
-            if done.query():
-                secs = start.elapsed_time(done) / 1000.0
-                if kind == "h2d":
-                    self.h2d_seconds += secs
-                else:
-                    self.d2h_seconds += secs
-            else:
-                pending.append((kind, start, done))
-        self._timings = pending
+    def read_frames(self, layer: int, frames: list[int], frame_slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        j = self.ordinal.get(layer)
+        if j is None:
+            return super().read_frames(layer, frames, frame_slots)
+        self._sync()
+        ft = self.spec.frame_tokens
+        pending = {f: i for i, f in enumerate(self._pending[j])}
+        out = []
+        for store, blk in ((self.k[layer], self.blk_k[j]), (self.v[layer], self.blk_v[j])):
+            parts = [blk[:, pending[f] * ft : (pending[f] + 1) * ft] if f in pending
+                     else store[:, s * ft : (s + 1) * ft].to(self.device) for f, s in zip(frames, frame_slots.tolist())]
+            out.append(torch.cat(parts, dim=1) if parts else blk[:, :0])
+        return out[0], out[1]
+
+    def _grow_block_buffers(self, frames: int) -> None:
+        log.warning("KV offload: a call writes %d frames, more than a block (%d); block buffers grow",
+                    frames, self.blk_frames)
+        self._sync()
+        for bufs in (self.blk_k, self.blk_v):
+            for j, old in enumerate(bufs):
+                bufs[j] = self._alloc(frames)
+                bufs[j][:, : old.shape[1]].copy_(old)
+        self.blk_frames = frames
 
     def grow(self, num_frame_slots: int) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)  # rare (global attention past its planned length)
+        self._sync()  # rare (global attention past its planned length): no copy may be in flight
 
         def grown(t: torch.Tensor, host: bool) -> torch.Tensor:
             new = self._alloc(num_frame_slots, t.device, pin=host and self.cuda)
@@ -266,25 +474,80 @@ class OffloadStore(DenseStore):
         self.stage_v = [self._alloc(num_frame_slots) for _ in self.stage_v]
         self.num_frame_slots = num_frame_slots
 
+    # -- statistics --------------------------------------------------------------------------------
+    def _fold(self, limit: int = 0) -> None:
+        """Add finished copies' and waits' event times to the totals (query() never blocks)."""
+        if len(self._timings) > limit:
+            pending = []
+            for kind, start, done in self._timings:
+                secs = _seconds(start, done)
+                if secs is None:
+                    pending.append((kind, start, done))
+                elif kind == "h2d":
+                    self.h2d_seconds += secs
+                else:
+                    self.d2h_seconds += secs
+            self._timings = pending
+        if len(self._stalls) > limit:
+            pending = []
+            for reach, ready in self._stalls:
+                secs = _seconds(reach, ready)
+                if secs is None:
+                    pending.append((reach, ready))
+                    continue
+                # CUDA: how long compute waited for the copy (negative: it had landed already). CPU: the
+                # deferred copies ran inside the wait, so the whole copy time counts as exposed.
+                self.stall_seconds += max(0.0, secs) if self.cuda else 0.0
+                self.prefetch_ready += secs <= 0.0
+                self.stalls_folded += 1
+            self._stalls = pending
+
     def stats(self) -> dict:
-        self._fold_timings()
-        dev = [t for i, t in enumerate(self.k + self.v) if (i % len(self.k)) not in self.ordinal]
+        if not self.cuda:  # the emulated side streams finish, as a GPU eventually does
+            self._sync()
+        self._fold()
+        dev = self.stage_k + self.stage_v + self.blk_k + self.blk_v
+        dev += [t for i, t in enumerate(self.k + self.v) if (i % len(self.k)) not in self.ordinal]
         host = [t for i, t in enumerate(self.k + self.v) if (i % len(self.k)) in self.ordinal]
         uses = self.prefetch_hits + self.prefetch_misses
+        h2d_s = self.h2d_seconds
+        if not self.cuda:
+            self.stall_seconds = h2d_s  # no overlap without streams
         return {
-            "resident_bytes": sum(t.numel() * t.element_size() for t in dev + self.stage_k + self.stage_v),
+            "resident_bytes": sum(t.numel() * t.element_size() for t in dev),
             "offloaded_bytes": sum(t.numel() * t.element_size() for t in host),
             "offloaded_layers": list(self.layout.offloaded),
+            "block_buffer_bytes": sum(t.numel() * t.element_size() for t in self.blk_k + self.blk_v),
             "h2d_bytes": self.h2d_bytes,
             "d2h_bytes": self.d2h_bytes,
-            "h2d_seconds": self.h2d_seconds,
+            "h2d_seconds": h2d_s,
             "d2h_seconds": self.d2h_seconds,
-            "transfer_seconds": self.h2d_seconds + self.d2h_seconds,
+            "transfer_seconds": h2d_s + self.d2h_seconds,
+            "h2d_GBps": self.h2d_bytes / h2d_s / 1e9 if h2d_s > 0 else None,
+            "writebacks": self.writebacks,
+            # compute waiting on prefetches (CUDA events); 1 − stall/h2d is the hidden share measured directly
+            "stall_seconds": self.stall_seconds,
+            "hidden_h2d_pct": 100.0 * (1.0 - self.stall_seconds / h2d_s) if h2d_s > 0 else None,
             "pending_transfers": len(self._timings),
             "prefetch_hit_rate": self.prefetch_hits / uses if uses else 1.0,
             # CUDA only: share of offloaded-layer reads whose prefetch had already landed (no wait at all)
-            "prefetch_ready_rate": (self.prefetch_ready / uses if uses else 1.0) if self.cuda else None,
+            "prefetch_ready_rate": (self.prefetch_ready / self.stalls_folded if self.stalls_folded else 1.0)
+            if self.cuda else None,
         }
+
+
+def _runs_frames(dst: np.ndarray, src: np.ndarray, ft: int) -> list[tuple[int, int, int]]:
+    """Per-frame (dst token start, src token start) → runs (dst, src, length) where both sides continue.
+
+    dst [9, 12, 0], src [0, 3, 6], T = 3  →  (9, 0, 6), (0, 6, 3)
+    """
+    out: list[tuple[int, int, int]] = []
+    for d, s in zip(dst.tolist(), src.tolist()):
+        if out and out[-1][0] + out[-1][2] == d and out[-1][1] + out[-1][2] == s:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + ft)
+        else:
+            out.append((d, s, ft))
+    return out
 
 
 class OffloadedKVCache(PagedKVCache):

@@ -66,7 +66,8 @@ def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
         lay = offload_layout(config, spec)
         return CacheCost(
             kind, lay.device_bytes, lay.host_bytes,
-            f"({len(lay.resident)} resident + {lay.num_staging} staging) layers × {slots} frame slots × {shape}; "
+            f"({len(lay.resident)} resident + {lay.num_staging} staging) layers × {slots} frame slots + "
+            f"{lay.num_offloaded} block buffers × {s.block_frames} frames, × {shape}; "
             f"{lay.num_offloaded} layers in pinned host memory",
         )
     bits = BITS[config.quantization]
@@ -80,6 +81,90 @@ def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
         f"{s.num_layers} layers × ({slots} {config.quantization} frame slots + {sink + config.residual_frames} "
         f"full-precision frames) × {t} tokens × {h} heads × {d}",
     )
+
+
+# Offload: what a call has to move and how long its compute lasts (docs/kv_cache.md, "Offload: bytes and time")
+H2D_BYTES_PER_S = 50e9  # pinned host → H200 (bench/bench_kv_cache.py measures the machine's own)
+ACHIEVED_FLOPS = 450e12  # bf16, Wan 1.3B on an H200: 1.35 TFLOP per layer-call at 480×832 in ≈ 3.0 ms
+TRANSFER_SHARE = 0.75  # the planner lets a call's copies fill at most this share of its compute time
+
+
+@dataclass
+class OffloadEstimate:
+    """Per call, per offloaded layer: bytes to stream vs the layer's compute time (steady state, full window).
+
+    Every call streams each offloaded layer's past window (window − block frames) once; the block itself
+    stays on the GPU and goes back once per block. Copies on the side stream hide behind the whole call's
+    compute, so with m offloaded of L layers the hidden share is at best min(1, L·t_layer / (m·t_h2d)).
+    """
+
+    num_layers: int
+    num_offloaded: int
+    past_frames: int
+    bytes_per_layer_call: int  # h2d, K and V of the past window of one layer
+    writeback_bytes_per_layer_block: int  # d2h, K and V of one block of one layer
+    h2d_seconds_per_layer_call: float
+    layer_seconds: float  # compute of one layer in one call (FLOPs / ACHIEVED_FLOPS)
+    flops_per_layer_call: float
+    max_hidden_offloaded: int  # most offloaded layers whose copies fit TRANSFER_SHARE of a call's compute
+
+    @property
+    def best_hidden_fraction(self) -> float:
+        """Upper bound of the hidden share of the h2d time with `num_offloaded` layers (perfect overlap)."""
+        if self.num_offloaded == 0:
+            return 1.0
+        return min(1.0, self.num_layers * self.layer_seconds / (self.num_offloaded * self.h2d_seconds_per_layer_call))
+
+    @property
+    def min_resident_layers(self) -> int:
+        return self.num_layers - self.max_hidden_offloaded
+
+    def describe(self) -> str:
+        return (
+            f"offload: {self.num_offloaded} of {self.num_layers} layers stream {self.bytes_per_layer_call / 1e6:.1f} MB "
+            f"each per call ({self.past_frames} past frames, {1e3 * self.h2d_seconds_per_layer_call:.2f} ms at "
+            f"{H2D_BYTES_PER_S / 1e9:.0f} GB/s) vs ≈ {1e3 * self.layer_seconds:.2f} ms compute per layer; at best "
+            f"{100 * self.best_hidden_fraction:.0f} % hidden. Keeping ≥ {self.min_resident_layers} layers resident "
+            f"(≤ {self.max_hidden_offloaded} offloaded) keeps the copies within {100 * TRANSFER_SHARE:.0f} % of compute."
+        )
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(best_hidden_fraction=self.best_hidden_fraction, min_resident_layers=self.min_resident_layers)
+        return d
+
+
+def estimate_offload(
+    model_config,
+    spec: KVCacheSpec,
+    config: KVCacheConfig,
+    num_offloaded: int | None = None,
+    h2d_bytes_per_s: float = H2D_BYTES_PER_S,
+    flops_per_s: float = ACHIEVED_FLOPS,
+) -> OffloadEstimate:
+    """Bytes and seconds of one offloaded layer per call, and how many offloaded layers can hide.
+
+    FLOPs of one layer-call with n = B·block·T query tokens over a span of S = B·window·T keys, d = dim:
+    projections and FFN 2·n·(6·d² + 2·d·ffn) (self q, k, v, o; cross q, o; the prompt's K/V are cached),
+    self-attention 4·n·S·d/B, cross-attention 4·n·text_len·d. Wan 1.3B, 480×832 (T = 1560, window 21):
+    0.39 + 0.94 + 0.01 = 1.35 TFLOP ≈ 3.0 ms at 450 TFLOP/s, vs 18 past frames × 9.58 MB = 172.5 MB
+    ≈ 3.45 ms at 50 GB/s.
+    """
+    cfg, s = model_config, spec
+    elem = _elem(s.dtype)
+    frame = 2 * s.batch_size * s.frame_tokens * s.num_heads * s.head_dim * elem
+    window = (s.max_frames or 8 * s.block_frames) if config.is_global else config.window_frames
+    past = window - s.block_frames
+    n = s.batch_size * s.block_frames * s.frame_tokens
+    d, span = cfg.dim, window * s.frame_tokens
+    flops = 2 * n * (6 * d * d + 2 * d * cfg.ffn_dim) + 4 * n * span * d + 4 * n * cfg.text_len * d
+    t_layer = flops / flops_per_s
+    t_h2d = past * frame / h2d_bytes_per_s
+    m_max = s.num_layers if t_h2d <= 0 else min(s.num_layers, int(TRANSFER_SHARE * s.num_layers * t_layer / t_h2d))
+    if num_offloaded is None:
+        num_offloaded = offload_layout(config, spec).num_offloaded
+    return OffloadEstimate(s.num_layers, num_offloaded, past, past * frame, s.block_frames * frame, t_h2d, t_layer,
+                           flops, m_max)
 
 
 @dataclass
@@ -96,6 +181,7 @@ class MemoryPlan:
     chosen_cache: CacheCost | None
     message: str  # empty when the request fits as is
     candidates: list[tuple[str, int, bool]] = field(default_factory=list)  # (label, device bytes, fits)
+    offload: OffloadEstimate | None = None  # when the planned cache offloads: its per-call copy arithmetic
 
     @property
     def feasible(self) -> bool:
@@ -128,6 +214,8 @@ class MemoryPlan:
         host = (self.chosen_cache or self.requested_cache).host_bytes
         if host:
             lines.append(f"  pinned host memory for offloaded pages: {_gib(host)}")
+        if self.offload is not None:
+            lines.append(f"  {self.offload.describe()}")
         if self.message:
             lines.append(f"  {self.message}")
         if self.chosen is not None and self.chosen != self.requested:
@@ -155,6 +243,7 @@ class MemoryPlan:
             "feasible": self.feasible,
             "message": self.message,
             "candidates": [list(c) for c in self.candidates],
+            "offload": None if self.offload is None else self.offload.to_dict(),
         }
 
 
@@ -200,6 +289,8 @@ def plan_memory(
     requested_cost = cache_cost(cache_config, spec)
     plan = MemoryPlan(budget_bytes, weights, acts, vae, cache_config, requested_cost, cache_config, requested_cost, "")
     if budget_bytes is None or fixed + requested_cost.device_bytes <= budget_bytes:
+        if requested_cost.kind == "offload":
+            plan.offload = estimate_offload(cfg, spec, cache_config)
         return plan
     avail = budget_bytes - fixed
     # alternatives, exactness first: offload keeps results bitwise, quantization changes them a little,
@@ -225,6 +316,8 @@ def plan_memory(
         plan.candidates.append((label, cost.device_bytes, fits))
         if fits and plan.chosen is None:
             plan.chosen, plan.chosen_cache = option, cost
+    if plan.chosen_cache is not None and plan.chosen_cache.kind == "offload":
+        plan.offload = estimate_offload(cfg, spec, plan.chosen)
     hints = []
     if window is not None and window != cache_config.window_frames:
         hints.append(f"lower window_frames to {window}")
@@ -240,6 +333,12 @@ def plan_memory(
             f"{lab} needs {_gib(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
             for lab, b, _ in plan.candidates
         ) + "."
+    est = plan.offload
+    if est is not None and est.num_offloaded > est.max_hidden_offloaded:
+        share = est.num_offloaded * est.h2d_seconds_per_layer_call / (est.num_layers * est.layer_seconds)
+        plan.message += (f" Offload streams {est.num_offloaded} layers per call (copies ≈ {100 * share:.0f} % of the "
+                         f"compute time, est.; ≤ {est.max_hidden_offloaded} layers keep them within "
+                         f"{100 * TRANSFER_SHARE:.0f} %): expect part of the transfer time to show.")
     log.info("%s", plan.message)
     return plan
 

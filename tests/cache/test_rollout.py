@@ -15,6 +15,7 @@ import torch
 
 import inferix_core.pipeline.block_diffusion as block_diffusion
 from inferix_core.cache import KVCacheConfig, KVCacheSpec
+from inferix_core.cache.offload import budget_for_offloaded
 from inferix_core.cache.paged import planned_pages
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
@@ -152,13 +153,15 @@ def test_long_rollout_matches_shift_copy(kind, reference_outputs):
 
 
 def test_offload_mixed_layers_bitwise_equal_to_resident():
-    """4 layers, a budget for 1 resident layer + 2 staging buffers: offloaded and resident layers mixed."""
+    """4 layers, a budget for 1 resident layer + 2 staging buffers + 3 block buffers: layers mixed."""
     model = tiny_model(num_layers=4)
     base = KVCacheConfig(window_frames=WINDOW, sink_frames=SINK, page_frames=2)
     resident, _ = rollout(model, base, 40)
     frame_layer = 2 * 4 * 32 * 4  # K+V bytes of one frame of one layer (4 tokens × dim 32 × fp32)
     slots = planned_pages(base, model_spec(model)) * base.page_frames
-    config = dataclasses.replace(base, offload="auto", gpu_budget_bytes=3 * slots * frame_layer)
+    budget = 3 * slots * frame_layer + 3 * BLOCK * frame_layer
+    assert budget == budget_for_offloaded(base, model_spec(model), 3)
+    config = dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget)
     outs, cache = rollout(model, config, 40)
     st = cache.stats()
     assert st["kind"] == "offload" and len(st["offloaded_layers"]) == 3, st
