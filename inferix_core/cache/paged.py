@@ -155,10 +155,10 @@ class PagedKVCache:
 
     # -- bookkeeping (host only) -------------------------------------------------------------------
     def _ring_start(self, end: int) -> int:
-        """First non-sink live frame when frames [0, end) have been written."""
+        """First non-sink live frame when frames [0, end) have been written (never before a restart point)."""
         if self.ring_frames is None:
             return self.sink_frames
-        return max(self.sink_frames, end - self.ring_frames)
+        return max(self.sink_frames, self._ring_origin, end - self.ring_frames)
 
     def resident_frames(self) -> list[int]:
         """Absolute frame indices currently live, sink first then oldest to newest."""
@@ -228,6 +228,34 @@ class PagedKVCache:
         self.pool.grow(num_pages - self.pool.num_pages)
         self.store.grow(num_pages * self.page_frames)
 
+    def restart(self, start_frame: int) -> None:
+        """Continue writing at `start_frame`, treating frames [end_frame, start_frame) as already evicted.
+
+        For re-caching a window under a new prompt (inferix_core/session.py), as RingKVCache.restart:
+        after reset() the sink frames are written again, then writing jumps to the window's first block.
+        Pages need no re-basing (frames map to pages through the table); the live set just starts at W::
+
+            reset(); begin(0, S) ...; restart(W); begin(W, n) ...
+            live:  [0, S)  ∪  [max(S, W, end − R), end)      (frames S..W−1 were never written again)
+
+        The pages of frames before W are freed by the next begin(), like any evicted page.
+        """
+        if self.ring_frames is None:
+            raise ConfigError("a global KV cache keeps every frame, so it cannot skip frames; write them in order")
+        if start_frame < self.end_frame:
+            raise ConfigError(f"restart({start_frame}) would go back: frames up to {self.end_frame} are cached")
+        if self.end_frame < self.sink_frames:
+            raise ConfigError(
+                f"restart({start_frame}) before the {self.sink_frames} sink frames are written "
+                f"(only {self.end_frame} are); write the sink frames first"
+            )
+        if start_frame == self.end_frame:
+            return
+        before = len(self.resident_frames())
+        self.end_frame = start_frame
+        self._ring_origin = start_frame
+        self.num_evictions += before - len(self.resident_frames())
+
     # -- interface ---------------------------------------------------------------------------------
     def layer(self, index: int) -> LayerView:
         return self._views[index]
@@ -252,6 +280,7 @@ class PagedKVCache:
         self.table.clear()
         self.store.reset()
         self.end_frame = 0
+        self._ring_origin = 0  # frames before it (and not sinks) are evicted; moved only by restart()
         self.plan = None
         self.num_evictions = 0
         self.num_eviction_events = 0
