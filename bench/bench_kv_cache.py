@@ -5,7 +5,11 @@
 
 Prints a table and writes JSON (--json). On CUDA every kind's loop first runs once under
 torch.cuda.set_sync_debug_mode("error") (no host syncs), and offloaded runs are checked bitwise against the
-resident paged cache. Hidden transfer share = 1 − max(0, t_offload − t_resident) / (h2d + d2h copy time).
+resident paged cache. Times cover the blocks only (the cache, with its pinned host pages, is built before the
+clock starts). Offload runs with several numbers of offloaded layers (all, 24, the planner's largest count for
+hidden copies, half); per setting: pinned H2D bandwidth (a plain copy of one layer's past window, and the rate
+the run's own copies reached), transfer seconds, hidden share = 1 − max(0, t_offload − t_resident) / (h2d + d2h
+copy time), the same measured from the compute stream's waits (1 − stall / h2d time), and s/block.
 Weights are random: quantization errors here are for a random model; the trained-model numbers need a
 checkpoint (docs/kv_cache.md).
 """
@@ -23,6 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, create_kv_cache, plan_memory
+from inferix_core.cache.offload import budget_for_offloaded
+from inferix_core.cache.planner import estimate_offload
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
@@ -49,41 +55,63 @@ class DeviceNoise:
         return torch.randn(shape, generator=self.g, device=self.device)
 
 
-def kinds(window: int, sink: int, cache_bytes: int, num_layers: int) -> dict[str, KVCacheConfig]:
-    """The configurations compared; offload_half gives the GPU half the cache (about half the layers offloaded)."""
+def kinds(window: int, sink: int, spec: KVCacheSpec, model_config) -> dict[str, KVCacheConfig]:
+    """The configurations compared. offload_<m>: m layers offloaded (budget from budget_for_offloaded)."""
     base = KVCacheConfig(window_frames=window, sink_frames=sink)
+    paged = dataclasses.replace(base, page_frames=BLOCK)
     out = {
         "ring": base,
-        "paged": dataclasses.replace(base, page_frames=BLOCK),
-        "offload_all": dataclasses.replace(base, page_frames=BLOCK, offload="always"),
-        "offload_half": dataclasses.replace(base, page_frames=BLOCK, offload="auto", gpu_budget_bytes=cache_bytes // 2),
+        "paged": paged,
+        "offload_all": dataclasses.replace(paged, offload="always"),
         "int8": dataclasses.replace(base, quantization="int8"),
         "int4": dataclasses.replace(base, quantization="int4"),
     }
-    if num_layers < 6:  # two staging layers already are a third of the cache
-        del out["offload_half"]
+    L = spec.num_layers
+    planner = estimate_offload(model_config, spec, paged, num_offloaded=L).max_hidden_offloaded
+    for m in sorted({round(0.8 * L), planner, L // 2} - {L}, reverse=True):
+        if m >= 3:  # fewer than 3 offloaded layers save nothing (offload.budget_for_offloaded)
+            out[f"offload_{m}"] = dataclasses.replace(paged, offload="auto",
+                                                      gpu_budget_bytes=budget_for_offloaded(paged, spec, m))
     return out
 
 
+def copy_bandwidth(nbytes: int, repeats: int = 10) -> dict:
+    """Pinned host ↔ device copy rate (GB/s) for a buffer of `nbytes` (one layer's past window)."""
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    res = {}
+    for name, dst, src in (("h2d", dev, host), ("d2h", host, dev)):
+        dst.copy_(src, non_blocking=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            dst.copy_(src, non_blocking=True)
+        end.record()
+        end.synchronize()
+        res[f"{name}_GBps"] = repeats * nbytes / (start.elapsed_time(end) / 1000) / 1e9
+    res["bytes"] = nbytes
+    return res
+
+
 def run(model, cfg: KVCacheConfig, lat_h: int, lat_w: int, num_blocks: int, device: str, strict: bool = False):
-    """One generation; returns (latents, cache, seconds)."""
+    """One generation; returns (latents, cache, seconds of the blocks alone)."""
     pipe = BlockDiffusionPipeline(model, SamplingConfig(block_frames=BLOCK), cfg)
     c = model.config
     context = torch.randn(1, c.text_len, c.text_dim, generator=torch.Generator().manual_seed(1))
     context = context.to(device, next(model.parameters()).dtype)
-    req = GenerationRequest(num_blocks=num_blocks, latent_height=lat_h, latent_width=lat_w, context=context,
-                            noise=DeviceNoise(2, device))
     cuda = device.startswith("cuda")
     if cuda:
         dev = next(model.parameters()).device
         for b in range(num_blocks):  # RoPE tables are built on the CPU on first use: build them up front
             model.rope.freqs(torch.arange(b * BLOCK, (b + 1) * BLOCK), lat_h // 2, lat_w // 2, dev)
+    state = pipe.start_stream(context, lat_h, lat_w, noise=DeviceNoise(2, device), max_frames=num_blocks * BLOCK)
+    if cuda:
         torch.cuda.synchronize()
         if strict:
             torch.cuda.set_sync_debug_mode("error")
     try:
         t0 = time.perf_counter()
-        out = pipe.generate(req)
+        out = torch.cat([pipe.denoise_block(state).latents for _ in range(num_blocks)], dim=1)
         if cuda:
             torch.cuda.set_sync_debug_mode(0)
             torch.cuda.synchronize()
@@ -91,7 +119,7 @@ def run(model, cfg: KVCacheConfig, lat_h: int, lat_w: int, num_blocks: int, devi
     finally:
         if cuda:
             torch.cuda.set_sync_debug_mode(0)
-    return out, pipe.kv_cache, secs
+    return out, state.cache, secs
 
 
 def random_attention_errors(device: str) -> dict:
@@ -165,7 +193,6 @@ def main() -> None:
     torch.manual_seed(0)
     model = CausalWanTransformer(cfg).to(device, dtype).eval()
     spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.frame_tokens(lat_h, lat_w), BLOCK, dtype=dtype)
-    ring_bytes = args.window * spec.bytes_per_frame
     plan = plan_memory(cfg, lat_h, lat_w, KVCacheConfig(window_frames=args.window, sink_frames=args.sink), dtype=dtype,
                        budget_bytes=torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None)
     log.info("%s\n", plan.describe())
@@ -173,7 +200,14 @@ def main() -> None:
     # 2. every kind: a strict no-sync run (CUDA), a warm-up, then the timed run
     results: dict[str, dict] = {}
     outputs: dict[str, torch.Tensor] = {}
-    for name, kv in kinds(args.window, args.sink, ring_bytes, cfg.num_layers).items():
+    configs = kinds(args.window, args.sink, spec, cfg)
+    bandwidth = None
+    if device == "cuda":
+        past = estimate_offload(cfg, spec, configs["offload_all"]).bytes_per_layer_call
+        bandwidth = copy_bandwidth(past)
+        log.info("pinned copies of %.1f MB: h2d %.1f GB/s, d2h %.1f GB/s", past / 1e6, bandwidth["h2d_GBps"],
+                 bandwidth["d2h_GBps"])
+    for name, kv in configs.items():
         if device == "cuda":
             run(model, kv, lat_h, lat_w, 2, device, strict=True)
             torch.cuda.reset_peak_memory_stats()
@@ -187,6 +221,12 @@ def main() -> None:
             "resident_bytes": st["resident_bytes"],
             "offloaded_bytes": st.get("offloaded_bytes", 0),
             "transfer_seconds": st.get("transfer_seconds", 0.0),
+            "offloaded_layers": len(st.get("offloaded_layers", [])),
+            "h2d_bytes": st.get("h2d_bytes", 0),
+            "d2h_bytes": st.get("d2h_bytes", 0),
+            "h2d_GBps": st.get("h2d_GBps"),
+            "hidden_h2d_pct": st.get("hidden_h2d_pct"),
+            "stall_seconds": st.get("stall_seconds"),
             "prefetch_hit_rate": st.get("prefetch_hit_rate"),
             "prefetch_ready_rate": st.get("prefetch_ready_rate"),
             "peak_extra_bytes": (torch.cuda.max_memory_allocated() - base_mem) if device == "cuda" else None,
@@ -200,22 +240,28 @@ def main() -> None:
             r["bitwise_equal_resident"] = bool(torch.equal(outputs[name], outputs["paged"]))
             overhead = max(0.0, r["s_per_block"] * blocks - t_res)
             r["hidden_transfer_pct"] = 100 * (1 - overhead / r["transfer_seconds"]) if r["transfer_seconds"] else 100.0
+            est = estimate_offload(cfg, spec, configs[name], num_offloaded=r["offloaded_layers"])
+            r["planner_best_hidden_pct"] = 100 * est.best_hidden_fraction
     report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "dtype": str(dtype),
               "latent": [lat_h, lat_w], "window_frames": args.window, "sink_frames": args.sink, "blocks": blocks,
               "model": {"num_layers": cfg.num_layers, "dim": cfg.dim, "num_heads": cfg.num_heads},
-              "plan": plan.to_dict(), "kinds": results, "random_attention_errors": random_attention_errors(device)}
+              "plan": plan.to_dict(), "copy_bandwidth": bandwidth, "kinds": results, "random_attention_errors": random_attention_errors(device)}
     if device == "cpu":
         report["fixture_errors"] = fixture_errors()
 
     # 4. table + JSON
     mib = 1024**2
-    log.info("%-13s %9s %10s %10s %9s %8s %9s %10s", "kind", "s/block", "cache MiB", "host MiB", "xfer s",
-             "hidden%", "bitwise", "rel err")
+    log.info("%-13s %9s %10s %10s %7s %9s %8s %8s %8s %9s %10s", "kind", "s/block", "cache MiB", "host MiB", "layers",
+             "xfer s", "h2d GB/s", "hidden%", "stall-h%", "bitwise", "rel err")
+
+    def pct(x):
+        return "-" if x is None else f"{x:.1f}"
+
     for name, r in results.items():
-        log.info("%-13s %9.4f %10.3f %10.3f %9.3f %8s %9s %10.2e", name, r["s_per_block"], r["resident_bytes"] / mib,
-                 r["offloaded_bytes"] / mib, r["transfer_seconds"],
-                 f"{r['hidden_transfer_pct']:.1f}" if "hidden_transfer_pct" in r else "-",
-                 r.get("bitwise_equal_resident", "-"), r["rel_err_vs_ring"])
+        log.info("%-13s %9.4f %10.3f %10.3f %7s %9.3f %8s %8s %8s %9s %10.2e", name, r["s_per_block"],
+                 r["resident_bytes"] / mib, r["offloaded_bytes"] / mib, r["offloaded_layers"] or "-",
+                 r["transfer_seconds"], pct(r["h2d_GBps"]), pct(r.get("hidden_transfer_pct")),
+                 pct(r["hidden_h2d_pct"]), r.get("bitwise_equal_resident", "-"), r["rel_err_vs_ring"])
     for q, e in report["random_attention_errors"].items():
         log.info("random data %s: attention rel err %.2e, K %.2e, V %.2e, bytes %.2f of exact", q, e["attn"], e["k"],
                  e["v"], e["bytes_ratio"])

@@ -50,9 +50,9 @@ class DeviceNoise:
         return torch.randn(shape, generator=self.g, device="cuda")
 
 
-def wan_like(num_layers: int = 6, dim: int = 512) -> CausalWanTransformer:
+def wan_like(num_layers: int = 6, dim: int = 512, ffn_dim: int | None = None) -> CausalWanTransformer:
     torch.manual_seed(0)
-    cfg = WanConfig(dim=dim, ffn_dim=2 * dim, freq_dim=64, text_dim=64, text_len=16, num_heads=dim // 128,
+    cfg = WanConfig(dim=dim, ffn_dim=ffn_dim or 2 * dim, freq_dim=64, text_dim=64, text_len=16, num_heads=dim // 128,
                     num_layers=num_layers)
     return CausalWanTransformer(cfg).to("cuda", torch.bfloat16).eval()
 
@@ -100,20 +100,61 @@ def test_offload_bitwise_equal_to_resident_and_ring_close():
     assert ((ring.float() - resident.float()).norm() / resident.float().norm()) < 2e-2
 
 
+def timed_blocks(model, cache_config: KVCacheConfig, lat: tuple[int, int], num_blocks: int):
+    """Blocks only: the cache (pinned host pages included) is built before the clock starts."""
+    pipe = BlockDiffusionPipeline(model, SamplingConfig(block_frames=BLOCK), cache_config)
+    context = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(1)).to("cuda", torch.bfloat16)
+    device = next(model.parameters()).device
+    for b in range(num_blocks):
+        model.rope.freqs(torch.arange(b * BLOCK, (b + 1) * BLOCK), lat[0] // 2, lat[1] // 2, device)
+    state = pipe.start_stream(context, *lat, noise=DeviceNoise(2))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = [pipe.denoise_block(state).latents for _ in range(num_blocks)]
+    torch.cuda.synchronize()
+    return torch.cat(out, dim=1), state.cache, time.perf_counter() - t0
+
+
 def test_offload_transfer_hiding(record_property):
-    """Hidden share of the transfer time: 1 − (t_offload − t_resident) / transfer time. Logged, loosely bounded
-    here (a 6-layer toy hides less than the 1.3B model; bench/bench_kv_cache.py measures the real size)."""
-    model = wan_like(num_layers=8, dim=1024)
-    cfg = dataclasses.replace(BASE, window_frames=12, page_frames=3)
-    run(model, cfg, strict=False)  # warm-up: kernels, allocator, pinned pool
-    _, _, t_res = run(model, cfg, strict=False)
-    _, cache, t_off = run(model, dataclasses.replace(cfg, offload="always"), strict=False)
-    st = cache.stats()
-    transfer = st["transfer_seconds"]
-    hidden = 1.0 - max(0.0, t_off - t_res) / transfer if transfer > 0 else 1.0
-    log.warning("offload: resident %.3f s, offloaded %.3f s, transfers %.3f s (%.2f GB), hidden %.1f%%, ready %.2f",
-                t_res, t_off, transfer, (st["h2d_bytes"] + st["d2h_bytes"]) / 1e9, 100 * hidden,
-                st["prefetch_ready_rate"])
-    record_property("hidden_transfer_pct", 100 * hidden)
-    assert st["h2d_bytes"] > 0 and transfer > 0
-    assert hidden > 0.3
+    """Target: ≥ 90 % of the transfer time hidden (1 − (t_offload − t_resident) / copy time) when the offloaded
+    layers' copies fit well inside a call's compute, as the planner sizes them (estimate_offload: copies ≤ 75 % of
+    compute). Frames have the 1.3B model's 480×832 size and width (1560 tokens, dim 1536, ffn 8960), so bytes per
+    FLOP are the real ones; 8 layers, window 12 + sink 3 (9 past frames = 86 MB per layer-call ≈ 1.7 ms at 50 GB/s
+    vs ≈ 2 ms of compute). Half the layers offloaded: copies ≈ 40 % of compute → asserted ≥ 90 %. Every layer
+    offloaded: copies ≈ 80 % of compute, nothing left for jitter → logged, asserted ≥ 50 %."""
+    from inferix_core.cache import KVCacheSpec
+    from inferix_core.cache.offload import budget_for_offloaded
+    from inferix_core.cache.planner import estimate_offload
+
+    lat, blocks, layers = (60, 104), 8, 8
+    model = wan_like(num_layers=layers, dim=1536, ffn_dim=8960)
+    cfg = dataclasses.replace(BASE, window_frames=12, sink_frames=3, page_frames=3)
+    spec = KVCacheSpec(layers, 12, 128, model.config.frame_tokens(*lat), BLOCK, dtype=torch.bfloat16, device="cuda")
+    half = dataclasses.replace(cfg, offload="auto", gpu_budget_bytes=budget_for_offloaded(cfg, spec, layers // 2))
+    full = dataclasses.replace(cfg, offload="always")
+    est = estimate_offload(model.config, spec, full)
+    assert est.max_hidden_offloaded >= layers // 2  # the planner would allow the half layout
+    timed_blocks(model, cfg, lat, 2)  # warm-up: kernels, allocator, pinned pool
+    timed_blocks(model, full, lat, 2)
+    results = {}
+    t_res = sorted(timed_blocks(model, cfg, lat, blocks)[2] for _ in range(3))[1]
+    resident = timed_blocks(model, cfg, lat, blocks)[0]
+    for name, c in (("half", half), ("all", full)):
+        runs = [timed_blocks(model, c, lat, blocks) for _ in range(3)]
+        out, cache, _ = runs[0]
+        assert torch.equal(out, resident)
+        t_off = sorted(r[2] for r in runs)[1]
+        st = cache.stats()
+        transfer = st["transfer_seconds"]
+        hidden = 1.0 - max(0.0, t_off - t_res) / transfer
+        results[name] = hidden
+        log.warning("offload %s (%d of %d layers): resident %.3f s, offloaded %.3f s, transfers %.3f s (h2d %.2f GB at "
+                    "%.1f GB/s, d2h %.2f GB), hidden %.1f%% (by stalls %.1f%%), prefetch ready %.2f; planner: at best "
+                    "%.0f%%", name, len(st["offloaded_layers"]), layers, t_res, t_off, transfer, st["h2d_bytes"] / 1e9,
+                    st["h2d_GBps"] or 0, st["d2h_bytes"] / 1e9, 100 * hidden, st["hidden_h2d_pct"] or 0,
+                    st["prefetch_ready_rate"], 100 * estimate_offload(model.config, spec, c).best_hidden_fraction)
+        record_property(f"hidden_transfer_pct_{name}", 100 * hidden)
+        assert st["h2d_bytes"] > 0 and transfer > 0 and st["prefetch_hit_rate"] == 1.0
+        assert st["d2h_bytes"] == (blocks - 1) * len(st["offloaded_layers"]) * est.writeback_bytes_per_layer_block
+    assert results["half"] >= 0.9
+    assert results["all"] >= 0.5
