@@ -150,7 +150,11 @@ def test_interrupt_leaves_a_playable_partial_file(comfyui):
             pytest.fail("no execution_interrupted message")
     finally:
         ws.close()
-    history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
+    # ComfyUI sends execution_interrupted before it writes the history entry: wait for the entry
+    deadline = time.monotonic() + 30
+    while prompt_id not in (entries := comfyui.get_json(f"/history/{prompt_id}")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    history = entries[prompt_id]
     assert any(event == "execution_interrupted" for event, _ in history["status"]["messages"])
     assert not list(folder.glob("*.partial*")), "a half-written file was left under a partial name"
     [kept] = folder.glob("interrupted_*.mp4")
