@@ -99,6 +99,10 @@ def test_dynamic_degree_rule_with_a_synthetic_flow() -> None:
         return lambda a, b: np.full((2, 8, 8), mag / np.sqrt(2))
     assert bm.dynamic_degree(frames, constant(threshold * 1.1)) == 1.0
     assert bm.dynamic_degree(frames, constant(threshold * 0.9)) == 0.0
+    # below 8 fps VBench scales the threshold by 8/fps (set_params): 4 fps doubles it
+    assert bm.dynamic_degree(frames, constant(threshold * 1.5), fps=4) == 0.0
+    assert bm.dynamic_degree(frames, constant(threshold * 2.1), fps=4) == 1.0
+    assert bm.dynamic_degree(frames, constant(threshold * 1.1), fps=24) == 1.0
     # round(4 * 16 / 16) = 4 moving pairs are needed: 3 are not enough
     calls = iter(range(100))
     few = lambda a, b: np.full((2, 8, 8), 10.0 if next(calls) < 3 else 0.0)  # noqa: E731

@@ -206,13 +206,15 @@ def top_flow_magnitude(flow: np.ndarray) -> float:
     return float(np.sort(rad)[::-1][:cut].mean())
 
 
-def dynamic_degree(frames: np.ndarray, flow: FlowEstimator) -> float:
+def dynamic_degree(frames: np.ndarray, flow: FlowEstimator, fps: float | None = None) -> float:
     """1.0 if the frames move per VBench `DynamicDegree.infer`, else 0.0.
 
     Frames should already be sampled at about 8 fps (chunking.dynamic_stride). A pair moves when its
-    top-5% flow exceeds 6·min(H, W)/256 pixels; the clip moves when round(4·T/16) pairs do.
+    top-5% flow exceeds max(1, 8/fps)·6·min(H, W)/256 pixels (`set_params`; `fps` is the source video's
+    rate, None for ≥ 8 fps); the clip moves when round(4·T/16) pairs do.
     """
-    threshold = 6.0 * min(frames.shape[1:3]) / 256.0
+    factor = max(1.0, 8.0 / fps) if fps else 1.0  # VBench scales the threshold up for videos under 8 fps
+    threshold = factor * 6.0 * min(frames.shape[1:3]) / 256.0
     count_needed = round(4 * (len(frames) / 16.0))  # Python round, as VBench
     count = 0
     for a, b in itertools.pairwise(frames):

@@ -61,8 +61,8 @@ def subject(frames: Any, weights_dir: str | Path | None = None, device: str = "c
 
 def dynamic(frames: Any, fps: float | None = None, weights_dir: str | Path | None = None, device: str = "cpu") -> float:
     """VBench dynamic degree (0 or 1) on frames sampled at ~8 fps; RAFT or the block-matching proxy."""
-    f = to_uint8_frames(frames)[:: dynamic_stride(fps or DEFAULT_FPS)]
-    return score_frames("dynamic", f, weights_dir, device)
+    backend = _backend("dynamic", None if weights_dir is None else str(weights_dir), str(device))
+    return backend.score(to_uint8_frames(frames)[:: dynamic_stride(fps or DEFAULT_FPS)], fps=fps)
 
 
 def clarity_proxy(frames: Any) -> float:
@@ -88,4 +88,4 @@ def subject_proxy(frames: Any) -> float:
 def dynamic_proxy(frames: Any, fps: float | None = None) -> float:
     """VBench's dynamic-degree rule on block-matching flow in place of RAFT (a proxy)."""
     f = to_uint8_frames(frames)[:: dynamic_stride(fps or DEFAULT_FPS)]
-    return bm.dynamic_degree(f, proxies.block_matching_flow)
+    return bm.dynamic_degree(f, proxies.block_matching_flow, fps)

@@ -16,10 +16,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...errors import BackendUnavailableError, CheckpointLayoutError, MissingFileError
+from ...errors import BackendUnavailableError, CheckpointLayoutError, MissingFileError, ShapeMismatchError
 from .base_metrics import FlowEstimator
 
 log = logging.getLogger(__name__)
+RAFT_MIN_SIDE = 128  # torchvision RAFT: feature maps (1/8 scale) must be >= 16 for the 4-level pyramid
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def load_raft_flow(path: str | Path, device: str | torch.device = "cpu", iters: 
 
     Frames are replicate-padded to a multiple of 8, centred, like RAFT's `InputPadder` ('sintel'
     mode), and the flow is returned at the padded size, which VBench's top-5% statistic also uses.
+    RAFT's correlation pyramid needs at least 128 pixels on each padded side; smaller frames raise.
     """
     if importlib.util.find_spec("torchvision") is None:
         raise BackendUnavailableError(f"RAFT weights found at '{path}' but torchvision is not installed; "
@@ -128,6 +130,9 @@ def load_raft_flow(path: str | Path, device: str | torch.device = "cpu", iters: 
         x = torch.from_numpy(np.stack([a, b])).permute(0, 3, 1, 2).float().to(device)  # (2, 3, H, W)
         h, w = x.shape[-2:]
         ph, pw = (-h) % 8, (-w) % 8
+        if min(h + ph, w + pw) < RAFT_MIN_SIDE:
+            raise ShapeMismatchError(f"RAFT (dynamic degree) needs frames at least {RAFT_MIN_SIDE} px on each "
+                                     f"side; got {h}x{w}. Score a larger video or use dynamic_proxy.")
         x = F.pad(x, [pw // 2, pw - pw // 2, ph // 2, ph - ph // 2], mode="replicate")
         x = 2.0 * (x / 255.0) - 1.0  # RAFT's own input normalisation
         return model(x[:1], x[1:], num_flow_updates=iters)[-1][0].cpu().numpy()  # (2, H', W')

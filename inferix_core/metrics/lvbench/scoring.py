@@ -8,10 +8,11 @@ start/end scores all aggregate the same per-frame outputs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,9 @@ class MetricBackend:
     description: str
     per_frame: Callable[[np.ndarray], Any] | None = None  # frames → [T] scores or [T, D] features
     aggregate: Callable[[Any], float] | None = None  # a slice of per_frame's output → score
-    score: Callable[[np.ndarray], float] | None = None  # frames → score, for non-decomposable metrics
+    score: Callable[..., float] | None = None  # frames → score, for non-decomposable metrics
     min_frames: int = 1  # fewest frames the formula is defined on (FramePack start/end windows)
-    sample_8fps: bool = False  # dynamic degree runs on frames sampled at ~8 fps
+    sample_8fps: bool = False  # dynamic degree: frames sampled at ~8 fps, `score` also takes fps=
     unavailable: str | None = None
 
 
@@ -142,7 +143,8 @@ def resolve_backends(
                 fallback(m, why, "block-matching flow")
                 flow = proxies.block_matching_flow
             out[m] = MetricBackend(m, why is not None, "RAFT" if why is None else "block-matching flow (proxy)",
-                                   score=lambda f, fl=flow: bm.dynamic_degree(f, fl), min_frames=2, sample_8fps=True)
+                                   score=lambda f, fl=flow, fps=None: bm.dynamic_degree(f, fl, fps),
+                                   min_frames=2, sample_8fps=True)
     return out
 
 
@@ -211,6 +213,7 @@ def score_video(
         clip_frames = frames
         if backend.sample_8fps:
             clip_frames = frames[:: dynamic_stride(fps if fps else DEFAULT_FPS)]
+            backend = replace(backend, score=functools.partial(backend.score, fps=fps))
         result.metrics[metric] = _score_metric(backend, clip_frames, chunks, weighting)
         if on_metric is not None:
             on_metric(metric)
