@@ -12,6 +12,7 @@ from .block_denoise import InferixBlockDenoise
 from .compat import HAVE_COMFY_API
 from .kv_cache_config import InferixKVCacheConfig
 from .load_world_model import InferixLoadWorldModel
+from .lvbench_prompts import InferixLVBenchPrompts
 from .reports import InferixLVBenchScore, InferixProfileReport
 from .schedules import InferixActionSchedule, InferixPromptSchedule
 from .stream_out import InferixStreamOut
@@ -24,6 +25,7 @@ NODES = [
     InferixLoadWorldModel,
     InferixKVCacheConfig,
     InferixPromptSchedule,
+    InferixLVBenchPrompts,
     InferixActionSchedule,
     InferixStreamSettings,
     InferixBlockDenoise,

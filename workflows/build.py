@@ -39,6 +39,9 @@ KV_WINDOW = {"window_frames": 12, "sink_frames": 3, "page_frames": 0, "offload":
 LONG_PROMPTS = ("0 | a car drives along a coastal road at sunset, cinematic\n"
                 "10 | the road climbs into snowy mountains at dusk\n"
                 "20 | night falls, headlights light up the falling snow")
+# an LV-Bench caption file (bundled example; point it at the benchmark's captions) → the prompt schedule
+LVBENCH_PROMPTS = {"captions_path": "workflows/captions/lvbench_example.json", "video_id": "", "segment_seconds": 2.5,
+                   "until_seconds": 30.0}
 DRIVE_ACTIONS = "0 | accelerate\n2 | steer_left\n3.5 | accelerate\n5.5 | steer_right\n7 | accelerate\n9 | brake"
 
 # name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
@@ -86,10 +89,10 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
         (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/low_vram"}, {"video": (3, 2)}),
         (5, "InferixProfileReport", {}, {"video": (3, 2)}),
     ], [SELF_FORCING, WAN_VAE, UMT5]),
-    "lvbench_score": ("LV-Bench: generate a long video and score its quality drift", [
+    "lvbench_score": ("LV-Bench: generate a long video from an LV-Bench prompt set and score its quality drift", [
         (1, "InferixLoadWorldModel", SF_LOADER, {}),
         (2, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
-        (3, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
+        (3, "InferixLVBenchPrompts", LVBENCH_PROMPTS, {}),
         (7, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/lvbench"}, {}),
         (4, "InferixBlockDenoise", {**DENOISE, "seconds": 30.0},
          {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0), "stream": (7, 0)}),

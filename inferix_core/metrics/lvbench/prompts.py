@@ -98,7 +98,10 @@ def load_prompt_schedules(path: str | Path, segment_seconds: float = DEFAULT_SEG
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"LV-Bench caption file '{path}' not found.")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"'{path}' is not valid JSON ({exc}).") from None
     schedules: dict[str, PromptSchedule] = {}
 
     def add(vid: str, segments: list, fps: float | None) -> None:
