@@ -23,6 +23,7 @@ import torch
 
 from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
+from ..models.wan.layers import to_device_async
 from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler
 
@@ -234,13 +235,13 @@ class BlockDiffusionPipeline:
         self.kv_cache = None  # release the previous run's cache before allocating the next one
         cache = create_kv_cache(self.cache_config, spec)
         self.kv_cache = cache
-        text = self.model.prepare_context(context.to(self.device))
+        text = self.model.prepare_context(to_device_async(context, self.device))
         return StreamState(cache, text, noise if noise is not None else SeededNoise(seed),
                            latent_height, latent_width, batch_size)
 
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""
-        state.text = self.model.prepare_context(context.to(self.device))
+        state.text = self.model.prepare_context(to_device_async(context, self.device))
 
     def context_pass(
         self, state: StreamState, latents: torch.Tensor, start_frame: int, action: torch.Tensor | None = None
@@ -270,7 +271,7 @@ class BlockDiffusionPipeline:
         hooks.on_block_start(index, start)
         if context is not None:
             self.set_prompt(state, context)
-        x = state.noise.initial(index * n, shape).to(device=self.device, dtype=torch.float32)
+        x = to_device_async(state.noise.initial(index * n, shape).float(), self.device)
         for s, t in enumerate(self.timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
@@ -278,7 +279,7 @@ class BlockDiffusionPipeline:
                 x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
             hooks.on_step(index, s, x0)
             if s + 1 < len(self.sigmas):
-                eps = state.noise.step(index, s + 1, shape).to(self.device)
+                eps = to_device_async(state.noise.step(index, s + 1, shape), self.device)
                 x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
         # context pass: rewrite this block's K/V from the clean x0
         hooks.on_context_pass(index)
@@ -296,7 +297,7 @@ class BlockDiffusionPipeline:
         state.cache.begin(start, num_frames)
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
         if action is not None:
-            action = action.to(self.device)
+            action = to_device_async(action, self.device)
         flow = self.model(x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start,
                           action=action)
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
@@ -313,7 +314,7 @@ class BlockDiffusionPipeline:
                 f"actions cover {act.shape[1]} frames at frame {start}; expected {num_frames}. "
                 "Give one action row per latent frame."
             )
-        return act.to(self.device)
+        return to_device_async(act, self.device)
 
 
 def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:

@@ -3,10 +3,10 @@
 Run on an H200 with:  python -m pytest tests/cache/test_cache_cuda.py -q -s
 (skipped without CUDA by tests/conftest.py). The loop runs under torch.cuda.set_sync_debug_mode("error"),
 so any device→host sync (`.item()`, a blocking copy, a stream synchronize) raises with its stack.
-Two things outside the cache are arranged by the test, not by the engine (see the report in
-docs/kv_cache.md, "Host syncs"): noise is drawn on the GPU, and the transformer's RoPE table for each
-block is built before the loop, because `RotaryEmbedding3D.freqs` builds it on the CPU and copies it with
-a blocking `.to(device)` on first use of a position.
+Most tests draw noise on the GPU and build the RoPE tables before the loop, to isolate the cache;
+`test_engine_loop_is_sync_free_as_users_run_it` runs the pipeline exactly as users do (CPU-seeded noise,
+host prompt, tables built on first use), which is sync-free since host tensors reach the GPU through
+pinned non-blocking copies (`to_device_async`).
 """
 
 from __future__ import annotations
@@ -158,3 +158,20 @@ def test_offload_transfer_hiding(record_property):
         assert st["d2h_bytes"] == (blocks - 1) * len(st["offloaded_layers"]) * est.writeback_bytes_per_layer_block
     assert results["half"] >= 0.9
     assert results["all"] >= 0.5
+
+
+@pytest.mark.parametrize("kind", ["ring", "offload"])
+def test_engine_loop_is_sync_free_as_users_run_it(kind):
+    """The pipeline as users call it (CPU-seeded noise, RoPE tables built on first use) has no host sync:
+    host tensors reach the GPU through pinned, non-blocking copies (`to_device_async`)."""
+    model = wan_like()
+    pipe = BlockDiffusionPipeline(model, SamplingConfig(block_frames=BLOCK), dataclasses.replace(BASE, **KINDS[kind]))
+    context = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)  # on the host
+    req = GenerationRequest(num_blocks=4, latent_height=LAT_H, latent_width=LAT_W, context=context, seed=3)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = pipe.generate(req)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.isfinite(out).all() and out.shape[1] == 4 * BLOCK

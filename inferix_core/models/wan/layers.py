@@ -92,11 +92,24 @@ class RotaryEmbedding3D:
             angles = torch.outer(pos, inv)  # (n_axis, pairs)
             rot = torch.polar(torch.ones_like(angles), angles).view(*sizes, -1)
             parts.append(rot.expand(num_frames, height, width, -1))
-        freqs = torch.cat(parts, dim=-1).reshape(num_frames * height * width, 1, -1).to(device)
+        freqs = to_device_async(torch.cat(parts, dim=-1).reshape(num_frames * height * width, 1, -1), device)
         if len(self._cache) > 64:
             self._cache.clear()
         self._cache[key] = freqs
         return freqs
+
+
+def to_device_async(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """Copy a host tensor to `device` without blocking the host (pinned staging on CUDA).
+
+    A plain `.to("cuda")` from pageable memory waits for the copy, i.e. a host sync inside the block
+    loop; from pinned memory the copy is queued on the stream and the caching host allocator keeps the
+    staging buffer alive until it has run.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
