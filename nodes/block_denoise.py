@@ -17,6 +17,7 @@ from typing import Any
 from . import comfy_runtime as rt
 from . import types
 from .compat import io
+from .core_interop import to_core_latent
 from .stream_settings import split_prefix
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ class InferixBlockDenoise(io.ComfyNode):
                                        "with an encoder."),
             ],
             outputs=[
-                io.Latent.Output("latent", tooltip="Clean latents as ComfyUI LATENT, samples [B, C, F, h, w]."),
+                io.Latent.Output("latent", tooltip="Clean latents as a core LATENT, samples [B, C, F, h, w] in VAE "
+                                                  "space (what core VAE Decode and Inferix VAE Decode take)."),
                 io.Image.Output("frames", tooltip="Decoded frames as an IMAGE batch, one image per video frame."),
                 types.Video.Output("video", tooltip="The whole result (frames, fps, per-block timings, the "
                                                     "streamed file) for Inferix Stream Out, Profile Report and "
@@ -182,6 +184,7 @@ class InferixBlockDenoise(io.ComfyNode):
             raise
         finally:
             hooks.close()
-        latent = {"samples": result.latents.permute(0, 2, 1, 3, 4).contiguous()}  # [B,F,C,h,w] → [B,C,F,h,w]
+        # [B,F,C,h,w] → [B,C,F,h,w], in VAE space as core LATENTs are (core VAE Decode reads it right)
+        latent = {"samples": to_core_latent(world_model.vae, result.latents.permute(0, 2, 1, 3, 4)).contiguous()}
         ui = {"text": [summarize(result, width, height) + "\n" + plan.describe()]}  # Stream Out shows the file
         return io.NodeOutput(latent, frames_to_image(result.frames), result, ui=ui)

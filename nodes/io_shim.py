@@ -103,6 +103,7 @@ Image = _comfytype("IMAGE", "Image")
 Mask = _comfytype("MASK", "Mask")
 Latent = _comfytype("LATENT", "Latent")
 Conditioning = _comfytype("CONDITIONING", "Conditioning")
+Vae = _comfytype("VAE", "Vae")
 Combo = type("Combo", (), {"io_type": "COMBO", "Input": _ComboInput,
                            "Output": type("Output", (Output,), {"io_type": "COMBO"})})
 
