@@ -12,14 +12,8 @@ import dataclasses
 import pytest
 import torch
 
-from inferix_core.cache import KVCacheConfig
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer
-from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
-from tests.fixture_utils import fixture_files, fixture_weights, read_fixture
-
-ATOL = 1e-4
-FILES = fixture_files("causal_wan_*.safetensors")
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from tests.pipeline.test_parity import ATOL, FILES, FixtureNoise, Recorder, build
 
 # kind name → overrides of the fixture's KVCacheConfig (window and sink come from the fixture)
 KINDS = {
@@ -33,46 +27,6 @@ KINDS = {
 # tests/cache/test_rollout.py covers it with a 4-layer model)
 
 
-class FixtureNoise:
-    """Feeds the stored initial and re-noise tensors instead of drawing."""
-
-    def __init__(self, tensors: dict):
-        self.t = tensors
-
-    def initial(self, start_frame, shape):
-        return self.t["noise"][:, start_frame : start_frame + shape[1]]
-
-    def step(self, block, step, shape):
-        return self.t[f"block{block}.step{step}.noise"]
-
-
-class Recorder(PipelineHooks):
-    def __init__(self):
-        self.x0 = {}
-
-    def on_step(self, index, step, x0):
-        self.x0[(index, step)] = x0.clone()
-
-
-def build(path):
-    info, tensors = read_fixture(path)
-    model = CausalWanTransformer(WanConfig.from_dict(info["config"]))
-    model.load_state_dict(fixture_weights(path, info, tensors), strict=True)
-    p = info["pipeline"]
-    sampling = SamplingConfig(
-        denoising_steps=tuple(p["denoising_step_list"]),
-        warp_denoising_steps=p["warp_denoising_step"],
-        shift=p["timestep_shift"],
-        num_train_timesteps=p["num_train_timesteps"],
-        block_frames=p["num_frame_per_block"],
-        context_noise=p["context_noise"],
-        independent_first_frame=p["independent_first_frame"],
-    )
-    window = p["local_attn_size"]
-    cache = KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
-    return info, tensors, model.eval(), sampling, cache
-
-
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
 def test_cache_parity(path, kind):
@@ -83,7 +37,7 @@ def test_cache_parity(path, kind):
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     rec = Recorder()
     req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"],
-                            batch_size=B, noise=FixtureNoise(t))
+                            batch_size=B, noise=FixtureNoise(t, sampling.block_frames))
     out, kv_after, attended, global_end = [], {}, [], []
     for block in pipe.stream(req, rec):
         out.append(block.latents)
