@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from .pool import BlockPool
 from .spec import KVCacheConfig, KVCacheSpec
 from .table import BlockTable, DeviceIndex, token_slots
+from .window import restart_window
 
 log = logging.getLogger(__name__)
 
@@ -240,21 +241,7 @@ class PagedKVCache:
 
         The pages of frames before W are freed by the next begin(), like any evicted page.
         """
-        if self.ring_frames is None:
-            raise ConfigError("a global KV cache keeps every frame, so it cannot skip frames; write them in order")
-        if start_frame < self.end_frame:
-            raise ConfigError(f"restart({start_frame}) would go back: frames up to {self.end_frame} are cached")
-        if self.end_frame < self.sink_frames:
-            raise ConfigError(
-                f"restart({start_frame}) before the {self.sink_frames} sink frames are written "
-                f"(only {self.end_frame} are); write the sink frames first"
-            )
-        if start_frame == self.end_frame:
-            return
-        before = len(self.resident_frames())
-        self.end_frame = start_frame
-        self._ring_origin = start_frame
-        self.num_evictions += before - len(self.resident_frames())
+        restart_window(self, start_frame)
 
     # -- interface ---------------------------------------------------------------------------------
     def layer(self, index: int) -> LayerView:

@@ -33,6 +33,7 @@ import torch
 from ..errors import ConfigError
 from .spec import KVCacheConfig, KVCacheSpec
 from .table import DeviceIndex
+from .window import restart_window
 
 log = logging.getLogger(__name__)
 
@@ -178,21 +179,7 @@ class RingKVCache:
             reset(); begin(0, S) ...; restart(W); begin(W, n) ...
             after:   [sink 0..S-1 | W, W+1, ... from slot S on]   (slot_of(f) = S + (f - W) mod R)
         """
-        if self.config.is_global:
-            raise ConfigError("a global KV cache keeps every frame, so it cannot skip frames; write them in order")
-        if start_frame < self.end_frame:
-            raise ConfigError(f"restart({start_frame}) would go back: frames up to {self.end_frame} are cached")
-        if self.end_frame < self.sink_frames:
-            raise ConfigError(
-                f"restart({start_frame}) before the {self.sink_frames} sink frames are written "
-                f"(only {self.end_frame} are); write the sink frames first"
-            )
-        if start_frame == self.end_frame:
-            return
-        before = len(self.resident_frames())
-        self.end_frame = start_frame
-        self._ring_origin = start_frame
-        self.num_evictions += before - len(self.resident_frames())
+        restart_window(self, start_frame)
 
     def reset(self) -> None:
         """Forget every frame (buffers are kept and overwritten)."""

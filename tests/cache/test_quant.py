@@ -18,8 +18,8 @@ from inferix_core.cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 from inferix_core.cache.quant import pack_int4, quantize, unpack_int4
 from inferix_core.errors import ConfigError
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from tests.cache.test_cache_parity import FILES, FixtureNoise, build
 from tests.cache.test_rollout import _one_thread, rollout, tiny_model  # noqa: F401 (module fixture)
+from tests.pipeline.test_parity import FILES, FixtureNoise, build
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -96,7 +96,7 @@ def test_fixture_rollout_error(path, q, bound, max_abs):
     B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(base, quantization=q))
     req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"],
-                            batch_size=B, noise=FixtureNoise(t))
+                            batch_size=B, noise=FixtureNoise(t, sampling.block_frames))
     out = pipe.generate(req)
     ref = t["output_latents"]
     assert torch.isfinite(out).all()
