@@ -31,8 +31,10 @@ def _elem(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
+def _format_bytes(n: float) -> str:
+    if n >= GiB / 10 or n == 0:
+        return f"{n / GiB:.1f} GiB"
+    return f"{n / 1024**2:.1f} MiB"  # small models and caches would all read "0.0 GiB"
 
 
 @dataclass
@@ -207,13 +209,13 @@ class MemoryPlan:
         ]
         if self.chosen_cache is not None and self.chosen != self.requested:
             rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
-        lines = ["Memory plan"] + [f"  {name:<40} {_gib(n):>10}" for name, n in rows]
-        lines.append(f"  {'total on the GPU':<40} {_gib(self.total_bytes):>10}")
-        lines.append(f"  {'budget':<40} {_gib(self.budget_bytes) if self.budget_bytes else 'none':>10}")
+        lines = ["Memory plan"] + [f"  {name:<40} {_format_bytes(n):>10}" for name, n in rows]
+        lines.append(f"  {'total on the GPU':<40} {_format_bytes(self.total_bytes):>10}")
+        lines.append(f"  {'budget':<40} {_format_bytes(self.budget_bytes) if self.budget_bytes else 'none':>10}")
         lines.append(f"  cache: {(self.chosen_cache or self.requested_cache).formula}")
         host = (self.chosen_cache or self.requested_cache).host_bytes
         if host:
-            lines.append(f"  pinned host memory for offloaded pages: {_gib(host)}")
+            lines.append(f"  pinned host memory for offloaded pages: {_format_bytes(host)}")
         if self.offload is not None:
             lines.append(f"  {self.offload.describe()}")
         if self.message:
@@ -322,15 +324,15 @@ def plan_memory(
     if window is not None and window != cache_config.window_frames:
         hints.append(f"lower window_frames to {window}")
     hints += ["set quantization='int8'", "or enable offload"]
-    left = f"{_gib(avail)}" if avail > 0 else f"nothing ({_gib(-avail)} short before the cache)"
+    left = f"{_format_bytes(avail)}" if avail > 0 else f"nothing ({_format_bytes(-avail)} short before the cache)"
     plan.message = (
-        f"KV cache needs {_gib(requested_cost.device_bytes)} ({requested_cost.formula}) but the budget of "
-        f"{_gib(budget_bytes)} leaves {left} for it (weights {_gib(weights)}, activations {_gib(acts)}, "
-        f"VAE {_gib(vae)}). {', '.join(hints).capitalize()}."
+        f"KV cache needs {_format_bytes(requested_cost.device_bytes)} ({requested_cost.formula}) but the budget of "
+        f"{_format_bytes(budget_bytes)} leaves {left} for it (weights {_format_bytes(weights)}, activations {_format_bytes(acts)}, "
+        f"VAE {_format_bytes(vae)}). {', '.join(hints).capitalize()}."
     )
     if plan.chosen is None:
         plan.message += " None of these fits: " + "; ".join(
-            f"{lab} needs {_gib(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
+            f"{lab} needs {_format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
             for lab, b, _ in plan.candidates
         ) + "."
     est = plan.offload

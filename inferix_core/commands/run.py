@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         result = execute(args.workflow, node_classes, output_dir=output_dir, overrides=args.overrides,
                          progress=not args.no_progress)
     print(f"ran {len(result.order)} node(s) in {time.perf_counter() - start:.1f} s")
+    for node_id, ui in result.ui.items():  # what ComfyUI would show on the nodes (reports, plans, tables)
+        for text in ui.get("text", []) if isinstance(ui, dict) else []:
+            print(f"node {node_id}:\n  " + str(text).replace("\n", "\n  "))
     if result.files:
         print("outputs:")
         for path in result.files:
