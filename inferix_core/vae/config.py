@@ -28,6 +28,12 @@ WAN21_LATENT_STD: tuple[float, ...] = (
 _BLOCK_KEY = re.compile(r"^encoder\.downsamples\.(\d+)\.(.+)$")
 
 
+def check_latent_stats(mean: tuple[float, ...], std: tuple[float, ...], z_dim: int) -> None:
+    """Latent normalisation constants need one mean and one std per latent channel."""
+    if len(mean) != z_dim or len(std) != z_dim:
+        raise ConfigError(f"latent_mean/latent_std have {len(mean)}/{len(std)} entries, expected z_dim={z_dim}")
+
+
 @dataclass(frozen=True)
 class WanVAEConfig:
     dim: int = 96  # base channel count; stage channels are dim * dim_mult[i]
@@ -48,11 +54,7 @@ class WanVAEConfig:
                 f"temporal_downsample has {len(self.temporal_downsample)} entries but dim_mult "
                 f"{self.dim_mult} has {len(self.dim_mult) - 1} down stages; they must match"
             )
-        if len(self.latent_mean) != self.z_dim or len(self.latent_std) != self.z_dim:
-            raise ConfigError(
-                f"latent_mean/latent_std have {len(self.latent_mean)}/{len(self.latent_std)} entries, "
-                f"expected z_dim={self.z_dim}"
-            )
+        check_latent_stats(self.latent_mean, self.latent_std, self.z_dim)
 
     @property
     def spatial_compression(self) -> int:

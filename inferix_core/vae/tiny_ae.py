@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError, ShapeMismatchError
+from .config import check_latent_stats
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +44,7 @@ class TinyAEConfig:
         object.__setattr__(self, "pixel_channels", tuple(int(c) for c in self.pixel_channels))
         object.__setattr__(self, "latent_mean", tuple(float(v) for v in self.latent_mean))
         object.__setattr__(self, "latent_std", tuple(float(v) for v in self.latent_std))
-        if len(self.latent_mean) != self.z_dim or len(self.latent_std) != self.z_dim:
-            raise ConfigError(
-                f"latent_mean/latent_std have {len(self.latent_mean)}/{len(self.latent_std)} entries, "
-                f"expected z_dim={self.z_dim}"
-            )
+        check_latent_stats(self.latent_mean, self.latent_std, self.z_dim)
 
     @property
     def spatial_compression(self) -> int:
