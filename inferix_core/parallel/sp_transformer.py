@@ -68,8 +68,8 @@ class SequenceParallel:
             xs = F.pad(xs, (0, 0, 0, pad))
         xs = xs.view(b, f, self.world_size, ftl, c)[:, :, self.rank].reshape(b, f * ftl, c)
         fr = freqs.view(f, ft, *freqs.shape[1:])
-        if pad:  # rotation by 1 for the padding tokens (their values are dropped anyway)
-            fr = torch.cat([fr, fr.new_ones(f, pad, *freqs.shape[1:])], dim=1)
+        if pad:  # any rotation will do for the padding tokens: their values are dropped in to_heads
+            fr = torch.cat([fr, fr[:, :1].expand(f, pad, *freqs.shape[1:])], dim=1)
         fr = fr.view(f, self.world_size, ftl, *freqs.shape[1:])[:, self.rank].reshape(f * ftl, *freqs.shape[1:])
         return xs, fr, (None if kv_cache is None else HeadShardedCache(kv_cache, self))
 

@@ -112,6 +112,7 @@ def test_rope_positions_beyond_the_reference_table_are_analytic():
     from inferix_core.models.wan.layers import RotaryEmbedding3D
 
     rope = RotaryEmbedding3D(16)
-    f = rope.freqs(torch.tensor([5000]), 1, 1, torch.device("cpu"))  # (1, 1, 8)
-    expected = torch.polar(torch.ones(4, dtype=torch.float64), 5000 * rope.inv_freq[0])
-    torch.testing.assert_close(f[0, 0, :4], expected)
+    f = rope.freqs(torch.tensor([5000]), 1, 1, torch.device("cpu"))  # (1, 1, 8, 2) cos/sin pairs
+    angles = 5000 * rope.inv_freq[0]  # float64
+    expected = torch.stack((torch.cos(angles), torch.sin(angles)), dim=-1)
+    torch.testing.assert_close(f[0, 0, :4].double(), expected, rtol=0, atol=1e-7)

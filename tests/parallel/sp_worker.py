@@ -92,7 +92,7 @@ def run_a2a(out: dict) -> None:
     sp = SequenceParallel()
     f, hh, ww, c = 3, 1, 5, 8
     tokens = torch.randn(1, f * hh * ww, c, generator=g)
-    freqs = torch.polar(torch.ones(f * hh * ww, 1, 2, dtype=torch.float64), torch.randn(f * hh * ww, 1, 2, dtype=torch.float64, generator=g))
+    freqs = torch.randn(f * hh * ww, 1, 2, 2, generator=g)  # (L, 1, pairs, cos/sin)
     local, local_freqs, _ = sp.shard(_NoBlocks(), tokens, freqs, (f, hh, ww))
     qkv = torch.randn(1, f * hh * ww, 2 * n, 4, generator=g)  # full (B, L, H, D)
     ftl = sp.local_frame_tokens(hh * ww)
