@@ -49,6 +49,9 @@ class BenchConfig:
     attention: str = "sdpa"
     vae_decode: bool = False  # stream-decode every block with the real Wan VAE architecture (random weights)
     overlap_decode: bool = False  # decode block n on a side stream while block n+1 denoises
+    fp8: bool = False  # transformer-block linears in e4m3 (inferix_core.models.fp8), the rest in `dtype`
+    compile: bool = False  # torch.compile each transformer block (models.wan.compile_blocks); warm-up absorbs it
+    compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
 
 
 class _BlockTimer(PipelineHooks):
@@ -92,6 +95,14 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         from .models.registry import set_attention_backend
 
         set_attention_backend(model, cfg.attention)
+    if cfg.fp8:  # before compiling, so the compiled graph holds the fp8 layers
+        from .models.fp8 import quantize_linears_fp8
+
+        quantize_linears_fp8(model)
+    if cfg.compile:
+        from .models.wan.causal_transformer import compile_blocks
+
+        compile_blocks(model, mode=cfg.compile_mode)
     sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
     cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     pipe = BlockDiffusionPipeline(model, sampling, cache)
@@ -162,7 +173,8 @@ def format_table(result: dict) -> str:
     rows = [
         ("preset", c["preset"]),
         ("device", result["gpu"]),
-        ("dtype / attention", f"{c['dtype']} / {c['attention']}"),
+        ("dtype / attention", f"{c['dtype']}{' + fp8 block linears' if c.get('fp8') else ''} / {c['attention']}"),
+        ("compiled blocks", c.get("compile", False)),
         ("frames (pixel)", result["pixel_frames"]),
         ("vae stream decode", f"{c['vae_decode']} (overlapped: {c['overlap_decode']})"),
         ("median total (s)", f"{result['median_total_s']:.3f}"),

@@ -17,9 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=-1, help="KV window in latent frames (-1 = global)")
     p.add_argument("--sink", type=int, default=0, help="sink frames")
-    p.add_argument("--attention", default="sdpa")
+    p.add_argument("--attention", default="sdpa", help="sdpa, sdpa_cudnn (cuDNN kernel first) or flash_attn")
+    p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
     p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
     p.add_argument("--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises")
+    p.add_argument("--fp8", action="store_true", help="transformer-block linears in fp8 e4m3 (torch._scaled_mm on "
+                   "CUDA ≥ 8.9, an explicit emulation elsewhere)")
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -31,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         preset=args.preset, latent_frames=args.latent_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
+        compile=args.compile, fp8=args.fp8,
     )  # fmt: skip
     result = run_engine_benchmark(cfg)
     print(format_table(result))
