@@ -16,6 +16,7 @@ import torch
 from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
 from ..pipeline import SamplingConfig
+from .fp8 import count_fp8_linears, quantize_linears_fp8
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -116,6 +117,9 @@ class WorldModel:
             f"vae: {'yes' if self.vae is not None else 'none'}; text encoder: "
             f"{'yes' if self.text_encoder is not None else 'none (fixed context)' if self.default_context is not None else 'none'}",
         ]
+        fp8 = count_fp8_linears(self.transformer)
+        if fp8:
+            lines.append(f"fp8: {fp8} block linear layers in e4m3 (the embeddings, time projection and head in {self.dtype})")
         if self.action_names:
             lines.append(f"actions: {', '.join(self.action_names)}")
         return "\n".join(lines)
@@ -152,12 +156,19 @@ def load_world_model(
     device: str = "auto",
     attention: str = "sdpa",
     num_heads: int | None = None,
+    fp8: bool = False,
 ) -> WorldModel:
-    """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path."""
+    """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
+
+    fp8=True stores the transformer blocks' linear layers in fp8 e4m3 and runs them as fp8 GEMMs
+    (`inferix_core.models.fp8`); the rest of the model stays in `dtype`. Off by default: it trades
+    ~1–3 % relative error per layer for speed and half the block weights' memory, and it only runs
+    fast on CUDA GPUs with compute capability ≥ 8.9 (elsewhere an emulation runs, with a warning).
+    """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
-        return _load_bundled(dev, dt, attention)
+        return _load_bundled(dev, dt, attention, fp8)
     from .wan.checkpoint import load_wan_checkpoint
 
     if not Path(path).exists():
@@ -166,6 +177,8 @@ def load_world_model(
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
     transformer = _build_transformer(config, state, dev, dt, attention)
+    if fp8:
+        quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     text = _load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
@@ -213,13 +226,15 @@ def _load_text_encoder(path: str, text_len: int, device, dtype):
     return PromptCache(encoder)  # re-encoding an earlier prompt costs nothing
 
 
-def _load_bundled(device, dtype, attention: str) -> WorldModel:
+def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldModel:
     """The toy driving-world model shipped in inferix_core/assets/bundled (its own tiny causal AE)."""
     from ..assets import load_bundled
 
     b = load_bundled(device=device)
     transformer = b.transformer.to(dtype).requires_grad_(False)
     set_attention_backend(transformer, attention)
+    if fp8:
+        quantize_linears_fp8(transformer)
     vae = b.vae.requires_grad_(False)  # decodes in float32: it is small and exact
     return WorldModel(
         "bundled", transformer.config, b.sampling_config(), b.cache_config(), transformer, vae,
