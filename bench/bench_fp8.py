@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vae-dim", type=int, default=None, help="Wan VAE base width: 96 (the real one), 4 for tiny")
     parser.add_argument("--no-speed", action="store_true", help="quality only")
+    parser.add_argument("--compile", action="store_true", help="speed runs with compile_blocks (both variants); "
+                        "Inductor then fuses the activation quantization into the preceding elementwise kernels")
     parser.add_argument("--fp32-reference", action="store_true", help="also compare both with the fp32 model")
     parser.add_argument("--checkpoint", default=None, help="quality with these trained transformer weights "
                         "(e.g. a Self-Forcing .safetensors) instead of random ones; speed stays random-weight")
@@ -180,12 +182,13 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = DTYPES[args.dtype]
     base = BenchConfig(preset=args.preset, latent_frames=frames, dtype=args.dtype, device=args.device,
                        warmup=args.warmup, repeats=args.repeats)
+    timed = dataclasses.replace(base, compile=args.compile)
     cuda = torch.device(args.device).type == "cuda"
 
     speed, runs = {}, {}
     if not args.no_speed:
         for name, fp8 in ((args.dtype, False), ("fp8", True)):
-            result = run_engine_benchmark(dataclasses.replace(base, fp8=fp8))
+            result = run_engine_benchmark(dataclasses.replace(timed, fp8=fp8))
             speed[name] = speed_row(result)
             runs[name] = result
 
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
     finite = all(torch.isfinite(t).all() for t in (plain, quant))
 
     report = {
-        "config": {**dataclasses.asdict(base), "steps": list(base.steps), "vae_dim": vae_dim,
+        "config": {**dataclasses.asdict(timed), "steps": list(base.steps), "vae_dim": vae_dim,
                    "checkpoint": args.checkpoint},
         "gpu": torch.cuda.get_device_name(args.device) if cuda else "cpu",
         "torch": torch.__version__,
