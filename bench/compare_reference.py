@@ -176,6 +176,7 @@ VARIANTS = {
     "cudnn": dict(attention="sdpa_cudnn"),
     "compile": dict(compile=True),
     "graphs": dict(compile=True, compile_mode="reduce-overhead"),
+    "fp8": dict(fp8=True),
 }
 
 
