@@ -1,6 +1,6 @@
 """Video autoencoders: the Wan 2.1 causal VAE, its streaming sessions, and the TAEHV preview decoder."""
 
-from .config import WAN21_LATENT_MEAN, WAN21_LATENT_STD, WanVAEConfig
+from .config import WAN21_LATENT_MEAN, WAN21_LATENT_STD, VAEDecodeOptions, WanVAEConfig
 from .layers import CausalConvCache
 from .streaming import DecodeState, SpatialTiling, StreamDecoder, StreamEncoder
 from .taehv import TAEHV, TAEHVConfig, TAEHVStreamDecoder, load_preview_decoder
@@ -17,6 +17,7 @@ __all__ = [
     "StreamEncoder",
     "TAEHVConfig",
     "TAEHVStreamDecoder",
+    "VAEDecodeOptions",
     "WanVAE",
     "WanVAEConfig",
     "load_preview_decoder",

@@ -124,3 +124,51 @@ class WanVAEConfig:
         attn_scales = tuple(1.0 / 2**i for i, has in enumerate(stage_attn) if has)
         return cls(dim=dim, z_dim=z_dim, dim_mult=dim_mult, num_res_blocks=num_res.pop(), attn_scales=attn_scales,
                    temporal_downsample=tuple(temporal), **overrides)
+
+
+@dataclass(frozen=True)
+class VAEDecodeOptions:
+    """How the Wan VAE decoder runs; every option gives the reference decode up to floating-point rounding.
+
+    All off is the reference code path (the baseline of bench/bench_vae_speed.py). Each option is
+    checked against it on CPU in fp32 to 1e-5 and on CUDA in bf16 (tests/vae/test_decode_options.py);
+    none changes the model, the cache semantics or the frames returned, only speed and rounding.
+
+    Attributes:
+        channels_last: activations in `torch.channels_last_3d` (NDHWC), the layout cuDNN's tensor-core
+            kernels use natively; the decoder's conv weights are converted in place on first use (the
+            module's parameters then stay NDHWC; `state_dict()` tensors need `.contiguous()` to be saved).
+        cudnn_benchmark: autotune the cuDNN conv algorithms; set only for the duration of each decode
+            and restored afterwards (the transformer's own convs/attention are not affected).
+        fused_cache: norm + SiLU are written straight into the causal conv's padded input buffer
+            (cached frames in front) instead of norm → SiLU → `torch.cat`; the residual add is in place
+            and the temporal upsample interleaves frames with one copy. Saves ~2 full-activation passes
+            per conv.
+        subpixel_upsample: nearest 2x upsample + 3x3 conv computed as one 2x2 conv with 4x the output
+            channels on the low-resolution input, then a pixel shuffle: 16 instead of 36 MACs per output
+            pixel and channel, and the 4x upsampled input is never materialised. The 2x2 weights are sums
+            of the 3x3 ones (computed in fp32, rounded once to the weight dtype).
+        compile: `torch.compile` the norm + SiLU + padding step (one fused kernel instead of several
+            passes); implies the buffer layout of `fused_cache`. First calls compile (seconds).
+    """
+
+    channels_last: bool = False
+    cudnn_benchmark: bool = False
+    fused_cache: bool = False
+    subpixel_upsample: bool = False
+    compile: bool = False
+
+    @classmethod
+    def fast(cls, compile: bool = False) -> VAEDecodeOptions:
+        """Every option that needs no compiler (plus `compile` when asked)."""
+        return cls(channels_last=True, cudnn_benchmark=True, fused_cache=True, subpixel_upsample=True,
+                   compile=compile)
+
+    @property
+    def fused(self) -> bool:
+        """Whether the pre-conv norm + SiLU write into the padded conv buffer (eager or compiled)."""
+        return self.fused_cache or self.compile
+
+    @property
+    def is_reference(self) -> bool:
+        return self == VAEDecodeOptions()

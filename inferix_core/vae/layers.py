@@ -4,15 +4,22 @@ Every module that looks at past frames takes a `CausalConvCache` and records the
 needs (the last input frames of each temporal conv). Running a sequence in one call or in any number
 of chunks threaded through the same cache gives the same result. Whole-model assembly lives in
 wan_vae.py; nothing here knows about latent normalisation or files.
+
+Decoder layers also take an optional `VAEDecodeOptions`: None (or all off) runs the reference code path;
+the options reach the same result by other routes (fused buffers, channels-last layout, a sub-pixel
+upsample), checked against it in tests/vae/test_decode_options.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .config import VAEDecodeOptions
 
 
 @dataclass
@@ -60,12 +67,92 @@ class CausalConv3d(nn.Conv3d):
         if self.history_frames == 0:
             return super().forward(x)
         past = cache.frames.get(self.cache_key) if cache is not None else None
-        if past is None:
-            past = x.new_zeros(x.shape[0], x.shape[1], self.history_frames, *x.shape[3:])
+        if past is None:  # zero history, in x's layout so the cat below keeps it
+            past = _zeros((x.shape[0], x.shape[1], self.history_frames, *x.shape[3:]), x, _layout(x))
         x = torch.cat([past, x], dim=2)  # (B, C, k−1+T, H, W)
-        if cache is not None:
+        return self.forward_padded(x, cache)
+
+    def forward_padded(self, x: Tensor, cache: CausalConvCache | None) -> Tensor:
+        """Conv over x (B, C, k−1+T, H, W) that already holds the history frames in front; caches its tail."""
+        if cache is not None and self.history_frames:
             cache.frames[self.cache_key] = x[:, :, -self.history_frames:].clone()
         return super().forward(x)
+
+
+def _layout(x: Tensor) -> torch.memory_format:
+    """channels_last_3d when a 5-D tensor is laid out NDHWC (and not contiguous too), else contiguous."""
+    if x.ndim == 5 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _zeros(shape: tuple[int, ...], like: Tensor, fmt: torch.memory_format) -> Tensor:
+    """Zeros of like's dtype and device in layout `fmt` (`torch.zeros` takes no memory format)."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt).zero_()
+
+
+def _format(opts: VAEDecodeOptions, ndim: int = 5) -> torch.memory_format:
+    """The layout the options ask for, for 5-D activations/weights or 4-D per-frame ones."""
+    if not opts.channels_last:
+        return torch.contiguous_format
+    return torch.channels_last_3d if ndim == 5 else torch.channels_last
+
+
+def _norm_silu_cat(x: Tensor, gamma: Tensor, past: Tensor) -> Tensor:
+    """cat([past, silu(rms(x))]) along time: the body that `torch.compile` fuses into one kernel per shape."""
+    scale = x.shape[1] ** 0.5
+    inv = scale / torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min(1e-12)
+    return torch.cat([past, F.silu(x * inv * gamma)], dim=2)
+
+
+_COMPILED: dict[str, Callable[..., Tensor]] = {}
+# Static shapes give the best kernels; a stream at one resolution has ~9 distinct (C, T, H, W) (first and
+# later blocks differ in T), more than dynamo's default recompile limit of 8, so the limit is raised
+# around these calls only. Tests switch `dynamic` to keep CPU compile time short.
+COMPILE_KWARGS: dict[str, object] = {"dynamic": False, "fullgraph": True}
+_RECOMPILE_LIMIT = 64
+
+
+def _compiled(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    if name not in _COMPILED:
+        _COMPILED[name] = torch.compile(fn, **COMPILE_KWARGS)
+    return _COMPILED[name]
+
+
+def norm_silu_padded(x: Tensor, norm: RMSNorm, conv: CausalConv3d, cache: CausalConvCache | None,
+                     opts: VAEDecodeOptions) -> Tensor:
+    """conv's input buffer (B, C, k−1+T, H, W): its cached history frames, then silu(norm(x)).
+
+    The reference computes norm → SiLU → `torch.cat([history, ·])`, a full-size copy per pass; here
+    the normalised activations are written into the buffer's tail directly (eager), or the whole thing
+    is one compiled kernel. Equal to the reference up to rounding (x · (√C/‖x‖) · γ instead of
+    x / ‖x‖ · √C · γ).
+    """
+    hist = conv.history_frames
+    past = cache.frames.get(conv.cache_key) if cache is not None else None
+    B, C, T, H, W = x.shape
+    fmt = _format(opts)
+    if opts.compile:
+        if past is None:
+            past = _zeros((B, C, hist, H, W), x, fmt)
+        import torch._dynamo as dynamo  # imported on first use: it is slow to import
+
+        limit = "recompile_limit" if hasattr(dynamo.config, "recompile_limit") else "cache_size_limit"
+        with dynamo.config.patch(**{limit: _RECOMPILE_LIMIT}):
+            return _compiled("norm_silu_cat", _norm_silu_cat)(x, norm.gamma, past)
+    buf = torch.empty((B, C, hist + T, H, W), dtype=x.dtype, device=x.device, memory_format=fmt)
+    head, body = buf[:, :, :hist], buf[:, :, hist:]
+    if past is None:
+        head.zero_()
+    else:
+        head.copy_(past)
+    # Norm statistics: the sum of squares accumulates in fp32 for bf16 input; the factor is formed in fp32.
+    norm2 = torch.linalg.vector_norm(x, dim=1, keepdim=True)  # (B, 1, T, H, W)
+    inv = (norm.scale / norm2.float().clamp_min(1e-12)).to(x.dtype)
+    torch.mul(x, inv, out=body)
+    body.mul_(norm.gamma)
+    F.silu(body, inplace=True)
+    return buf
 
 
 class RMSNorm(nn.Module):
@@ -91,8 +178,12 @@ class ResidualBlock(nn.Module):
         })
         self.shortcut = CausalConv3d(in_dim, out_dim, 1) if in_dim != out_dim else None
 
-    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+    def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         r = self.residual
+        if opts is not None and opts.fused:
+            h = r["2"].forward_padded(norm_silu_padded(x, r["0"], r["2"], cache, opts), cache)
+            h = r["6"].forward_padded(norm_silu_padded(h, r["3"], r["6"], cache, opts), cache)
+            return h.add_(self.shortcut(x) if self.shortcut is not None else x)  # h is ours: add in place
         h = r["2"](F.silu(r["0"](x)), cache)
         h = r["6"](F.silu(r["3"](h)), cache)
         return h + (self.shortcut(x) if self.shortcut is not None else x)
@@ -107,7 +198,7 @@ class AttentionBlock(nn.Module):
         self.to_qkv = nn.Conv2d(dim, dim * 3, 1)
         self.proj = nn.Conv2d(dim, dim, 1)
 
-    def forward(self, x: Tensor, cache: CausalConvCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cache: CausalConvCache | None = None, opts: VAEDecodeOptions | None = None) -> Tensor:
         B, C, T, H, W = x.shape
         y = x.permute(0, 2, 1, 3, 4).reshape(B * T, C, H, W)  # (B·T, C, H, W)
         qkv = self.to_qkv(self.norm(y)).reshape(B * T, 3 * C, H * W).transpose(1, 2)  # (B·T, HW, 3C)
@@ -115,6 +206,24 @@ class AttentionBlock(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v)  # (B·T, 1, HW, C)
         y = self.proj(y.squeeze(1).transpose(1, 2).reshape(B * T, C, H, W))
         return x + y.reshape(B, T, C, H, W).permute(0, 2, 1, 3, 4)
+
+
+def _fold_taps(w: Tensor, dim: int, phase: int) -> Tensor:
+    """3 kernel taps along `dim` → the 2 a nearest-2x-upsampled pixel of `phase` sees: (w0, w1+w2) or (w0+w1, w2)."""
+    w0, w1, w2 = w.unbind(dim)
+    return torch.stack([w0, w1 + w2] if phase == 0 else [w0 + w1, w2], dim)
+
+
+def _interleave_frames(head: Tensor, y: Tensor, fmt: torch.memory_format) -> Tensor:
+    """`head` then the time conv's (B, 2C, T, H, W) output as 2T frames (2i from channels [0, C), 2i+1 from
+    [C, 2C)), written with one copy into a buffer of layout `fmt` (the reference reshapes, then concatenates)."""
+    B, C2, T, H, W = y.shape
+    C, h = C2 // 2, head.shape[2]
+    out = torch.empty((B, C, h + 2 * T, H, W), dtype=y.dtype, device=y.device, memory_format=fmt)
+    if h:
+        out[:, :, :h].copy_(head)
+    out[:, :, h:].unflatten(2, (T, 2)).copy_(y.unflatten(1, (2, C)).permute(0, 2, 3, 1, 4, 5))
+    return out
 
 
 def _per_frame(fn, x: Tensor) -> Tensor:
@@ -139,13 +248,15 @@ class Upsample(nn.Module):
         self.time_conv = CausalConv3d(dim, dim * 2, (3, 1, 1), padding=(1, 0, 0)) if temporal else None
         self.cache_key = ""
 
-    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+    def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         if self.time_conv is not None:
-            x = self._double_frames(x, cache)
+            x = self._double_frames(x, cache, opts)
         conv = self.resample["1"]
+        if opts is not None and opts.subpixel_upsample:
+            return _per_frame(lambda y: self._subpixel(y, opts), x)
         return _per_frame(lambda y: conv(F.interpolate(y, scale_factor=2.0, mode="nearest")), x)
 
-    def _double_frames(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+    def _double_frames(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         head = x[:, :, :0]
         if self.cache_key not in cache.started:
             cache.started.add(self.cache_key)
@@ -154,9 +265,43 @@ class Upsample(nn.Module):
         if x.shape[2] == 0:
             return head
         B, C, T, H, W = x.shape
+        if opts is not None and (opts.fused or opts.channels_last):
+            return _interleave_frames(head, self.time_conv(x, cache), _format(opts))
         y = self.time_conv(x, cache).reshape(B, 2, C, T, H, W)  # (B, 2, C, T, H, W)
         y = y.permute(0, 2, 3, 1, 4, 5).reshape(B, C, 2 * T, H, W)  # frame 2i from half 0, 2i+1 from half 1
         return torch.cat([head, y], dim=2)
+
+    def _subpixel(self, y: Tensor, opts: VAEDecodeOptions) -> Tensor:
+        """conv3x3(nearest2x(y)) for frames y (N, C, H, W) as one 2x2 conv on y and a pixel shuffle.
+
+        Output pixel (2i+a, 2j+b) sees input rows i−1, i (a = 0) or i, i+1 (a = 1) and likewise columns:
+        the 3x3 taps that land on the same input pixel are summed into a 2x2 kernel per phase (a, b).
+        With padding 1 the 2x2 conv gives (H+1, W+1) outputs; phase (a, b) is read at offset (a, b).
+        """
+        weight, bias = self._subpixel_params(_format(opts, 4))
+        z = F.conv2d(y, weight, bias, padding=1)  # (N, 4·C_out, H+1, W+1), channels (a, b, c)
+        N, _, H, W = y.shape
+        c_out = weight.shape[0] // 4
+        out = torch.empty((N, c_out, 2 * H, 2 * W), dtype=z.dtype, device=z.device, memory_format=_format(opts, 4))
+        phases = out.unflatten(2, (H, 2)).unflatten(4, (W, 2))  # (N, C_out, H, 2, W, 2)
+        for a in (0, 1):
+            for b in (0, 1):
+                p = 2 * a + b
+                phases[:, :, :, a, :, b].copy_(z[:, p * c_out:(p + 1) * c_out, a:a + H, b:b + W])
+        return out
+
+    def _subpixel_params(self, fmt: torch.memory_format) -> tuple[Tensor, Tensor | None]:
+        """The 4 phase kernels (4·C_out, C_in, 2, 2), taps summed in fp32 and rounded once to the weight dtype.
+
+        Recomputed on every call (~20 small kernels, well under 1 % of an upsample's conv) rather than
+        cached, so weights loaded or edited in place can never leave a stale copy behind.
+        """
+        conv = self.resample["1"]
+        w32 = conv.weight.float()
+        kernels = [_fold_taps(_fold_taps(w32, 2, a), 3, b) for a in (0, 1) for b in (0, 1)]
+        weight = torch.cat(kernels, dim=0).to(conv.weight.dtype).contiguous(memory_format=fmt)
+        bias = conv.bias.repeat(4) if conv.bias is not None else None
+        return weight, bias
 
 
 class Downsample(nn.Module):
@@ -173,7 +318,7 @@ class Downsample(nn.Module):
         self.time_conv = CausalConv3d(dim, dim, (3, 1, 1), stride=(2, 1, 1)) if temporal else None
         self.cache_key = ""
 
-    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+    def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         conv = self.resample["1"]
         x = _per_frame(lambda y: conv(F.pad(y, (0, 1, 0, 1))), x)
         if self.time_conv is None:

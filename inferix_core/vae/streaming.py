@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError, ShapeMismatchError
+from .config import VAEDecodeOptions
 from .layers import CausalConvCache
 
 if TYPE_CHECKING:
@@ -105,14 +106,19 @@ class StreamDecoder:
         zero_cache_demo: reproduce the realtime demo's block decoder instead (caches start as zeros so
             frame 0 is doubled too, the first 3 frames are dropped, output clamped to [-1, 1]). It does
             NOT equal the full decode; it exists to compare against the demo.
+        options: `VAEDecodeOptions` (speed routes to the same frames); None is the reference path.
+            With `channels_last`, the VAE's decoder weights are converted once, here.
     """
 
     def __init__(self, vae: WanVAE, *, latent_frames_per_step: int | None = None, tiling: SpatialTiling | None = None,
-                 zero_cache_demo: bool = False) -> None:
+                 zero_cache_demo: bool = False, options: VAEDecodeOptions | None = None) -> None:
         self.vae = vae
         self.latent_frames_per_step = latent_frames_per_step
         self.tiling = tiling
         self.zero_cache_demo = zero_cache_demo
+        self.options = options
+        if options is not None:
+            vae.prepare_decode(options)
         self.state = self.initial_state()
 
     def initial_state(self) -> DecodeState:
@@ -133,7 +139,8 @@ class StreamDecoder:
         state = self.state.fork()
         if self.tiling is None:
             cache = state.caches.get((0, 0)) or self._new_cache()
-            pixels, state.caches[(0, 0)] = self.vae.decode_step(latents, cache, self.latent_frames_per_step)
+            pixels, state.caches[(0, 0)] = self.vae.decode_step(latents, cache, self.latent_frames_per_step,
+                                                                self.options)
         else:
             pixels = self._decode_tiled(latents, state)
         if self.zero_cache_demo:
@@ -155,7 +162,7 @@ class StreamDecoder:
                 y1, x1 = min(ty + tiling.tile_latent, h), min(tx + tiling.tile_latent, w)
                 cache = state.caches.get((ty, tx)) or self._new_cache()
                 tile, state.caches[(ty, tx)] = self.vae.decode_step(latents[..., ty:y1, tx:x1], cache,
-                                                                    self.latent_frames_per_step)
+                                                                    self.latent_frames_per_step, self.options)
                 wy = _ramp(tile.shape[-2], ty, y1, h, tiling.overlap_latent, scale)
                 wx = _ramp(tile.shape[-1], tx, x1, w, tiling.overlap_latent, scale)
                 mask = (wy[:, None] * wx[None, :]).to(tile)  # (tile H, tile W)

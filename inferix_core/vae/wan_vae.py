@@ -8,9 +8,10 @@ live in streaming.py. Latents in and out of the public methods are normalised, (
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointLayoutError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
-from .config import WanVAEConfig
+from .config import VAEDecodeOptions, WanVAEConfig
 from .layers import (
     AttentionBlock,
     CausalConv3d,
@@ -29,6 +30,7 @@ from .layers import (
     RMSNorm,
     Upsample,
     assign_cache_keys,
+    norm_silu_padded,
 )
 
 if TYPE_CHECKING:
@@ -37,10 +39,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _run(layers: nn.ModuleList, x: Tensor, cache: CausalConvCache) -> Tensor:
+def _run(layers: nn.ModuleList, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
     for layer in layers:
-        x = layer(x, cache) if not isinstance(layer, nn.SiLU) else layer(x)
+        x = layer(x, cache, opts) if not isinstance(layer, nn.SiLU) else layer(x)
     return x
+
+
+@contextlib.contextmanager
+def _cudnn_benchmark(enabled: bool) -> Iterator[None]:
+    """cuDNN autotuning for the decode only: the global flag is restored afterwards (not thread-safe,
+    like every `torch.backends` flag; the decode runs on the caller's thread)."""
+    if not enabled:
+        yield
+        return
+    previous = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = previous
 
 
 class _Head(nn.ModuleList):
@@ -49,7 +66,9 @@ class _Head(nn.ModuleList):
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__([RMSNorm(in_dim, 3), nn.SiLU(), CausalConv3d(in_dim, out_dim, 3, padding=1)])
 
-    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+    def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
+        if opts is not None and opts.fused:
+            return self[2].forward_padded(norm_silu_padded(x, self[0], self[2], cache, opts), cache)
         return self[2](self[1](self[0](x)), cache)
 
 
@@ -110,11 +129,11 @@ class Decoder3d(nn.Module):
         self.upsamples = nn.ModuleList(layers)
         self.head = _Head(dims[-1], 3)
 
-    def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
+    def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         x = self.conv1(x, cache)
-        x = _run(self.middle, x, cache)
-        x = _run(self.upsamples, x, cache)
-        return self.head(x, cache)
+        x = _run(self.middle, x, cache, opts)
+        x = _run(self.upsamples, x, cache, opts)
+        return self.head(x, cache, opts)
 
 
 class WanVAE(nn.Module):
@@ -128,9 +147,25 @@ class WanVAE(nn.Module):
         self.conv2 = CausalConv3d(config.z_dim, config.z_dim, 1)
         self.decoder = Decoder3d(config)
         assign_cache_keys(self)
+        # What `stream_decoder()` and `decode()` use when no options are passed (None: the reference path).
+        # One switch for every caller (api, session, bench) once the options are measured on the target GPU.
+        self.decode_options: VAEDecodeOptions | None = None
         # fp32 buffers: normalisation stays exact whatever dtype the convs run in.
         self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32), persistent=False)
         self.register_buffer("latent_std", torch.tensor(config.latent_std, dtype=torch.float32), persistent=False)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> WanVAE:
+        """`.to(dtype)`/`.half()` would cast the latent statistics too; rebuild them in fp32 on the new device.
+
+        They are 16 numbers, but rounding them to bf16 (std 2.8184 → 2.8125) added a second rounding to
+        every denormalised latent before the decoder's own cast.
+        """
+        super()._apply(fn, recurse)
+        for name, values in (("latent_mean", self.config.latent_mean), ("latent_std", self.config.latent_std)):
+            buf = getattr(self, name)
+            if buf.dtype != torch.float32:
+                setattr(self, name, torch.tensor(values, dtype=torch.float32).to(buf.device))
+        return self
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -186,20 +221,42 @@ class WanVAE(nn.Module):
         if x.ndim != 5 or x.shape[1] != channels:
             raise ShapeMismatchError(f"{what} must be [B, {channels}, T, H, W], got {list(x.shape)}")
 
+    def prepare_decode(self, options: VAEDecodeOptions) -> None:
+        """Put the decoder's conv weights in the layout `options` runs in (once; a no-op when they are).
+
+        Channels-last convs want channels-last weights, else cuDNN converts them on every call. The
+        conversion is in place and only changes strides, never values.
+        """
+        if not options.channels_last or self.decoder.head[2].weight.is_contiguous(
+                memory_format=torch.channels_last_3d):
+            return
+        for module in (self.conv2, *self.decoder.modules()):
+            if isinstance(module, nn.Conv3d | nn.Conv2d):
+                fmt = torch.channels_last_3d if module.weight.ndim == 5 else torch.channels_last
+                module.weight.data = module.weight.data.contiguous(memory_format=fmt)
+
     @torch.no_grad()
-    def decode_step(self, z: Tensor, cache: CausalConvCache, latent_frames_per_step: int | None = None
-                    ) -> tuple[Tensor, CausalConvCache]:
+    def decode_step(self, z: Tensor, cache: CausalConvCache, latent_frames_per_step: int | None = None,
+                    options: VAEDecodeOptions | None = None) -> tuple[Tensor, CausalConvCache]:
         """Decode normalised latents (B, z_dim, f, h, w) given the cache of everything decoded before.
 
         Returns the new pixel frames (B, 3, T, 8h, 8w) in [-1, 1] (not clamped) and the advanced cache;
         the cache passed in is not modified. `latent_frames_per_step` bounds peak memory by decoding
-        in slices; any slicing gives the same frames.
+        in slices; any slicing gives the same frames. `options` picks faster routes to the same frames
+        (see `VAEDecodeOptions`; with `channels_last` the pixels come back NDHWC-strided).
         """
         self._check(z, self.config.z_dim, "latents")
+        opts = None if options is None or options.is_reference else options
         cache = cache.fork()
         x = self.conv2(self.denormalise(z).to(self.dtype))
+        if opts is not None and opts.channels_last:
+            self.prepare_decode(opts)
+            x = x.contiguous(memory_format=torch.channels_last_3d)
         step = latent_frames_per_step or x.shape[2]
-        outs = [self.decoder(x[:, :, i:i + step], cache) for i in range(0, x.shape[2], step)]
+        with _cudnn_benchmark(opts is not None and opts.cudnn_benchmark):
+            outs = [self.decoder(x[:, :, i:i + step], cache, opts) for i in range(0, x.shape[2], step)]
+        if len(outs) == 1:
+            return outs[0], cache
         return torch.cat(outs, dim=2) if outs else x.new_zeros(x.shape[0], 3, 0, 1, 1), cache
 
     @torch.no_grad()
@@ -216,9 +273,11 @@ class WanVAE(nn.Module):
         return self.normalise(mu), cache
 
     # ---- whole-sequence API -------------------------------------------------------------------
-    def decode(self, z: Tensor, latent_frames_per_step: int | None = 1) -> Tensor:
+    def decode(self, z: Tensor, latent_frames_per_step: int | None = 1,
+               options: VAEDecodeOptions | None = None) -> Tensor:
         """Full causal decode of normalised latents (B, z_dim, F, h, w) → pixels (B, 3, 1 + 4(F−1), 8h, 8w)."""
-        pixels, _ = self.decode_step(z, CausalConvCache(), latent_frames_per_step)
+        options = self.decode_options if options is None else options
+        pixels, _ = self.decode_step(z, CausalConvCache(), latent_frames_per_step, options)
         return pixels
 
     def encode(self, video: Tensor, frames_per_step: int | None = None) -> Tensor:
@@ -241,9 +300,14 @@ class WanVAE(nn.Module):
         return torch.cat(outs, dim=2)
 
     def stream_decoder(self, **kwargs) -> StreamDecoder:
-        """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`."""
+        """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`.
+
+        `options` defaults to `self.decode_options`.
+        """
         from .streaming import StreamDecoder
 
+        if kwargs.get("options") is None:
+            kwargs["options"] = self.decode_options
         return StreamDecoder(self, **kwargs)
 
     def stream_encoder(self) -> StreamEncoder:
