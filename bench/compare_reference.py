@@ -177,6 +177,8 @@ VARIANTS = {
     "compile": dict(compile=True),
     "graphs": dict(compile=True, compile_mode="reduce-overhead"),
     "fp8": dict(fp8=True),
+    "vaefast": dict(vae_fast=True),  # end to end: Wan VAE with VAEDecodeOptions.fast()
+    "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
 }
 
 
@@ -231,16 +233,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
     for variant in args.variants.split(","):
-        if diffusion:
-            rows.append((f"ours {variant}", "diffusion", run_ours(variant, args.warmup, args.repeats)))
-        if e2e:
-            rows.append(
-                (
-                    f"ours {variant}",
-                    "end to end (Wan VAE)",
-                    run_ours(variant, args.warmup, args.repeats, vae_decode=True),
-                )
-            )
+        for wanted, kind, extra in ((diffusion, "diffusion", {}), (e2e, "end to end (Wan VAE)", {"vae_decode": True})):
+            decoder_only = any(part in ("vaefast", "taehv") for part in variant.split("+"))
+            if not wanted or (decoder_only and kind == "diffusion"):  # decoder levers change no diffusion time
+                continue
+            try:
+                rows.append((f"ours {variant}", kind, run_ours(variant, args.warmup, args.repeats, **extra)))
+            except Exception as exc:  # one failing lever must not lose the other rows; it is reported
+                print(f"ours {variant} {kind} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
     ref = {kind: r for who, kind, r in rows if who == "reference"}
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, 81 frames, 480x832, bf16")
     print(f"{'run':<24} {'what':<22} {'total s':>8} {'FPS':>6} {'first frame s':>13} {'peak GiB':>8} {'vs ref':>7}")

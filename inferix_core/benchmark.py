@@ -52,6 +52,8 @@ class BenchConfig:
     fp8: bool = False  # transformer-block linears in e4m3 (inferix_core.models.fp8), the rest in `dtype`
     compile: bool = False  # torch.compile each transformer block (models.wan.compile_blocks); warm-up absorbs it
     compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
+    decoder: str = "wan"  # with vae_decode: "wan" (the Wan VAE architecture) or "taehv" (the tiny preview decoder)
+    vae_fast: bool = False  # Wan VAE decode with VAEDecodeOptions.fast() (channels-last, cuDNN autotune, fused cache…)
 
 
 class _BlockTimer(PipelineHooks):
@@ -114,7 +116,19 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         from .vae import WanVAE, WanVAEConfig
 
         with device:
-            vae = WanVAE(WanVAEConfig(dim=96 if cfg.preset == "wan-1.3b" else 4)).to(dtype).eval()
+            if cfg.decoder == "taehv":
+                from .vae import TAEHV, TAEHVConfig
+
+                small = TAEHVConfig(decoder_channels=(16, 16, 8, 8), encoder_channels=8)
+                vae = TAEHV(TAEHVConfig() if cfg.preset == "wan-1.3b" else small).to(dtype).eval()
+            elif cfg.decoder == "wan":
+                vae = WanVAE(WanVAEConfig(dim=96 if cfg.preset == "wan-1.3b" else 4)).to(dtype).eval()
+                if cfg.vae_fast:
+                    from .vae.config import VAEDecodeOptions
+
+                    vae.decode_options = VAEDecodeOptions.fast()
+            else:
+                raise ValueError(f"unknown decoder '{cfg.decoder}'; expected 'wan' or 'taehv'")
 
     runs = []
     for r in range(cfg.warmup + cfg.repeats):
@@ -145,12 +159,14 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         total = time.perf_counter() - t0
         blocks = timer.seconds()
         if r >= cfg.warmup:
-            runs.append({
-                "total_s": total,
-                "block_s": blocks,
-                "first_block_s": first_frame,
-                "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
-            })
+            runs.append(
+                {
+                    "total_s": total,
+                    "block_s": blocks,
+                    "first_block_s": first_frame,
+                    "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+                }
+            )
     pixel_frames = 1 + 4 * (cfg.latent_frames - 1)
     total_med = statistics.median(r["total_s"] for r in runs)
     per_block = [statistics.median(r["block_s"][i] for r in runs) for i in range(num_blocks)]
@@ -176,7 +192,11 @@ def format_table(result: dict) -> str:
         ("dtype / attention", f"{c['dtype']}{' + fp8 block linears' if c.get('fp8') else ''} / {c['attention']}"),
         ("compiled blocks", c.get("compile", False)),
         ("frames (pixel)", result["pixel_frames"]),
-        ("vae stream decode", f"{c['vae_decode']} (overlapped: {c['overlap_decode']})"),
+        (
+            "vae stream decode",
+            f"{c['vae_decode']} ({c.get('decoder', 'wan')}, fast: {c.get('vae_fast', False)}, "
+            f"overlapped: {c['overlap_decode']})",
+        ),
         ("median total (s)", f"{result['median_total_s']:.3f}"),
         ("FPS (pixel frames)", f"{result['fps']:.1f}"),
         ("first block (s)", f"{result['median_first_block_s']:.3f}"),
