@@ -74,6 +74,17 @@ class InferixLoadWorldModel(io.ComfyNode):
                                        "to sdpa, with a log line, when not installed."),
                 io.Combo.Input("device", options=DEVICES, default="auto",
                                tooltip="Where the model runs: 'auto' = CUDA when available, else CPU."),
+                # Optional and last: a workflow saved before these existed (its API inputs without them, its
+                # UI widgets_values one position short per missing input) still loads, with the defaults.
+                io.Boolean.Input("fp8", default=False, optional=True,
+                                 tooltip="Run the transformer blocks' linear layers as FP8 GEMMs (e4m3, per-channel "
+                                         "scales). Faster on GPUs with compute capability ≥ 8.9 (Ada/Hopper), half "
+                                         "the block weights' memory, small quality cost (see docs/performance.md). "
+                                         "Emulated (slow) elsewhere."),
+                io.Boolean.Input("compile", default=False, optional=True,
+                                 tooltip="torch.compile each transformer block: fuses the elementwise work (~1.3× "
+                                         "faster diffusion on an H200). The first block of the first run compiles "
+                                         "(tens of seconds); later runs reuse it."),
             ],
             outputs=[types.WorldModel.Output("world_model", tooltip="The loaded world model, for Inferix Block "
                                                                     "Denoise and Inferix VAE Decode.")],
@@ -99,14 +110,16 @@ class InferixLoadWorldModel(io.ComfyNode):
 
     @classmethod
     def execute(cls, model: str, vae: str, preview_decoder: str, text_encoder: str, dtype: str, attention: str,
-                device: str) -> io.NodeOutput:
+                device: str, fp8: bool = False, compile: bool = False) -> io.NodeOutput:
+        # fp8/compile default here too: ComfyUI passes no value for an optional input a workflow lacks.
+        # No model cache of our own: ComfyUI re-runs this node whenever any input (these two included) changes.
         from inferix_core.models.registry import load_world_model
 
         world_model = load_world_model(
             _resolve("model", model), vae_path=_resolve("vae", vae),
             preview_decoder_path=_resolve("preview_decoder", preview_decoder),
             text_encoder_path=_resolve("text_encoder", text_encoder),
-            dtype=dtype, device=device, attention=attention,
+            dtype=dtype, device=device, attention=attention, fp8=bool(fp8), compile=bool(compile),
         )
         summary = world_model.describe()
         log.info("loaded world model: %s", summary.replace("\n", "; "))

@@ -139,8 +139,13 @@ def test_workflow_source_reads_the_inferix_nodes(tmp_path, monkeypatch):
     args = cli.build_parser().parse_args(["play", str(path)])
     setup = play_cmd.load_setup(args)
     assert loaded["path"] == "bundled" and loaded["vae_path"] is None and loaded["attention"] == "sdpa"
+    assert (loaded["fp8"], loaded["compile"]) == (False, False)  # a loader saved without them: off
     assert (setup.prompt, setup.width, setup.height, setup.seed) == ("a coast road", 128, 96, 42)
     assert setup.cache.window_frames == 12 and setup.cache.sink_frames == 3
+    graph["1"]["inputs"]["compile"] = True  # the loader's input, or the flag, turns a speed option on
+    path.write_text(json.dumps(graph))
+    play_cmd.load_setup(cli.build_parser().parse_args(["play", str(path), "--fp8"]))
+    assert (loaded["fp8"], loaded["compile"]) == (True, True)
     path.write_text(json.dumps({"nodes": [], "links": []}))
     with pytest.raises(WorkflowError, match="Export \\(API\\)"):
         play_cmd.load_setup(args)
@@ -154,6 +159,19 @@ def test_info_prints_environment_and_the_model(monkeypatch, capsys):
     assert cli.main(["info", "tiny.safetensors"]) == 0
     text = capsys.readouterr().out
     assert "family: bundled" in text and "actions: none, steer_left" in text
+
+
+def test_speed_flags_reach_load_world_model(monkeypatch, capsys):
+    loaded = []
+    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.append(kw) or tiny_world(DRIVING))
+    monkeypatch.setattr(play_cmd, "bundled_size", lambda: (W, H))
+    play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled"]))
+    play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--fp8", "--compile"]))
+    assert [(kw["fp8"], kw["compile"]) for kw in loaded] == [(False, False), (True, True)]
+    monkeypatch.setattr("inferix_core.commands.info.load_world_model",
+                        lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING))
+    assert cli.main(["info", "tiny.safetensors", "--fp8"]) == 0 and loaded[-1]["fp8"] is True
+    capsys.readouterr()
 
 
 def test_ctrl_c_leaves_a_playable_file(tmp_path, monkeypatch):

@@ -26,8 +26,9 @@ UMT5 = {"name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "directory": "text_enc
         "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/text_encoders/"
                "umt5_xxl_fp8_e4m3fn_scaled.safetensors"}
 
+# fp8 and compile are opt-in speed options (fp8 trades a little quality, compile a cold start): off in the examples
 BUNDLED_LOADER = {"model": "bundled", "vae": "bundled", "preview_decoder": "none", "text_encoder": "bundled",
-                  "dtype": "auto", "attention": "sdpa", "device": "auto"}
+                  "dtype": "auto", "attention": "sdpa", "device": "auto", "fp8": False, "compile": False}
 SF_LOADER = {**BUNDLED_LOADER, "model": SELF_FORCING["name"], "vae": WAN_VAE["name"], "text_encoder": UMT5["name"]}
 DENOISE = {"prompt": "a car drives along a winding coastal road at sunset", "num_blocks": 7, "seconds": 0.0,
            "width": 832, "height": 480, "denoising_steps": "1000,750,500,250", "seed": 42}

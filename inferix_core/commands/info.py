@@ -29,6 +29,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--text-encoder", default=None, help="umT5 file to load beside the checkpoint")
     p.add_argument("--device", default="cpu", help="where to load the model (cpu by default: info only reads)")
     p.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16")
+    p.add_argument("--fp8", action="store_true",
+                   help="load with the transformer-block linears in fp8 e4m3 (the description then counts them)")
     p.set_defaults(func=run)
 
 
@@ -36,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     print(environment_text())
     if args.model is not None:
         world_model = load_world_model(args.model, family=args.family, vae_path=args.vae,
-                                       text_encoder_path=args.text_encoder, device=args.device, dtype=args.dtype)
+                                       text_encoder_path=args.text_encoder, device=args.device, dtype=args.dtype,
+                                       fp8=args.fp8)
         print("\nmodel:")
         print(_indent(world_model.describe()))
     return 0

@@ -132,3 +132,53 @@ def test_quickstart_workflow_runs_headless(node_classes, output_dir):
     result = execute(workflow, node_classes, output_dir=output_dir, progress=False)
     assert list(output_dir.rglob("quickstart_*.mp4"))
     assert result.outputs["3"][1].shape[0] > 0
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch._dynamo's import
+def test_speed_options_reach_the_loaded_model(node_classes, models_dir):
+    """fp8 swaps the block linears for FP8Linear, compile wraps each block; both default off when not given."""
+    from inferix_core.models.fp8 import count_fp8_linears
+
+    load = node_classes["InferixLoadWorldModel"]
+    files = dict(model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
+                 text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")
+    plain = load().EXECUTE_NORMALIZED(**files)
+    (model,) = plain["result"]
+    assert count_fp8_linears(model.transformer) == 0
+    assert all(block._compiled_call_impl is None for block in model.transformer.blocks)
+    fast = load().EXECUTE_NORMALIZED(**files, fp8=True, compile=True)
+    (model,) = fast["result"]
+    assert count_fp8_linears(model.transformer) > 0 and "fp8:" in fast["ui"]["text"][0]
+    # torch.compile is lazy: the blocks are wrapped here and compile on their first call
+    assert all(block._compiled_call_impl is not None for block in model.transformer.blocks)
+
+
+def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output_dir, monkeypatch):
+    """A quickstart saved without fp8/compile (API and UI format) validates and runs with both off."""
+    from inferix_core.errors import MissingFileError
+    from inferix_core.models import registry
+    from inferix_core.workflow import execute, load_workflow, validate
+
+    try:
+        registry.load_world_model("bundled", device="cpu")
+    except MissingFileError as exc:
+        pytest.skip(f"bundled model not available: {exc}")
+    api = json.loads((WORKFLOWS / "quickstart_api.json").read_text())
+    loader = api["1"]["inputs"]
+    assert (loader.pop("fp8"), loader.pop("compile")) == (False, False)
+    ui = json.loads((WORKFLOWS / "quickstart.json").read_text())
+    (ui_loader,) = [n for n in ui["nodes"] if n["type"] == "InferixLoadWorldModel"]
+    assert ui_loader["widgets_values"][-2:] == [False, False]  # appended last, so an old file is a prefix
+    ui_loader["widgets_values"] = ui_loader["widgets_values"][:-2]
+    old_ui = load_workflow(ui, node_classes)
+    assert {k: (v["class_type"], v["inputs"]) for k, v in old_ui.items()} == \
+        {k: (v["class_type"], v["inputs"]) for k, v in api.items()}
+    validate(api, node_classes)
+
+    calls = []
+    real = registry.load_world_model
+    monkeypatch.setattr(registry, "load_world_model", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    loader["device"] = "cpu"
+    result = execute(api, node_classes, output_dir=output_dir, progress=False)
+    assert [(kw["fp8"], kw["compile"]) for kw in calls] == [(False, False)]
+    assert list(output_dir.rglob("quickstart_*.mp4")) and result.outputs["3"][1].shape[0] > 0

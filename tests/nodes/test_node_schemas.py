@@ -74,6 +74,22 @@ def test_sockets_and_combo_lists(node_classes):
     assert node_classes["InferixKVCacheConfig"].INPUT_TYPES()["optional"]["world_model"][0] == "INFERIX_WORLD_MODEL"
 
 
+def test_load_world_model_speed_options_are_optional_and_last(node_classes):
+    """fp8/compile are optional booleans after every other widget: older workflows (API inputs without
+    them, UI widgets_values two short) still load, with both off."""
+    from inferix_core.workflow import NodeSchema
+
+    cls = node_classes["InferixLoadWorldModel"]
+    optional = cls.INPUT_TYPES()["optional"]
+    for name in ("fp8", "compile"):
+        kind, options = optional[name]
+        assert kind == "BOOLEAN" and options["default"] is False and options["tooltip"]
+    assert "FP8" in optional["fp8"][1]["tooltip"] and "torch.compile" in optional["compile"][1]["tooltip"]
+    widgets = [s.name for s in NodeSchema.from_class("InferixLoadWorldModel", cls).widget_inputs]
+    assert widgets[-2:] == ["fp8", "compile"] and len(widgets) == 9
+    assert inspect.signature(cls.execute).parameters["fp8"].default is False
+    assert inspect.signature(cls.execute).parameters["compile"].default is False
+
 def test_shim_rejects_unknown_widget_options():
     from inferix_nodes import io_shim as io
 
