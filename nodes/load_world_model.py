@@ -84,7 +84,7 @@ class InferixLoadWorldModel(io.ComfyNode):
                 io.Boolean.Input("compile", default=False, optional=True,
                                  tooltip="torch.compile each transformer block: fuses the elementwise work (~1.3× "
                                          "faster diffusion on an H200). The first block of the first run compiles "
-                                         "(tens of seconds); later runs reuse it."),
+                                         "first (a one-off wait); later runs reuse it."),
             ],
             outputs=[types.WorldModel.Output("world_model", tooltip="The loaded world model, for Inferix Block "
                                                                     "Denoise and Inferix VAE Decode.")],

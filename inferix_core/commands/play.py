@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:
                         "CUDA compute capability >= 8.9, a small quality cost, emulated (slow) elsewhere")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile each transformer block (~1.3x faster diffusion on an H200); the first block "
-                        "compiles for tens of seconds")
+                        "compiles first (a one-off wait)")
     p.set_defaults(func=run)
 
 

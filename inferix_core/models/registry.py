@@ -163,7 +163,7 @@ def load_world_model(
 
     compile=True compiles each transformer block with `torch.compile` (`compile_blocks`): the
     elementwise work fuses (diffusion 1.24× the reference's speed instead of 0.95× on an H200, see
-    docs/performance.md) at the cost of a one-off compilation on the first block (tens of seconds);
+    docs/performance.md) at the cost of a one-off compilation on the first block (not timed separately on the GPU);
     a Wan VAE on CUDA then also decodes with its compiled options (1.61× instead of 1.28×).
 
     fp8=True stores the transformer blocks' linear layers in fp8 e4m3 and runs them as fp8 GEMMs
