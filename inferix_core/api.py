@@ -111,12 +111,21 @@ def plan_run(world_model: WorldModel, cache: KVCacheConfig | None, width: int, h
     lat_h, lat_w = latent_size(world_model, width, height)
     args = dict(model_config=world_model.config, latent_h=lat_h, latent_w=lat_w, cache_config=cache,
                 dtype=world_model.dtype, vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
-                block_frames=sampling.block_frames, max_frames=num_initial_frames + num_blocks * sampling.block_frames)
+                block_frames=sampling.block_frames, max_frames=num_initial_frames + num_blocks * sampling.block_frames,
+                vae_bytes=_decoder_bytes(world_model.vae, lat_h, lat_w, sampling.block_frames))
     plan = plan_memory(**args)
     if cache.gpu_budget_bytes is None:
         return plan
     fixed = plan.weights_bytes + plan.activation_bytes + plan.vae_bytes
     return plan_memory(**args, budget_bytes=fixed + cache.gpu_budget_bytes)
+
+
+def _decoder_bytes(vae, lat_h: int, lat_w: int, block_frames: int) -> int | None:
+    """Weights + streaming working set of the model's own decoder; None (the Wan estimate) without one."""
+    if vae is None or not hasattr(vae, "decode_working_set_bytes"):
+        return None
+    weights = sum(p.numel() * p.element_size() for p in vae.parameters())
+    return weights + vae.decode_working_set_bytes(lat_h, lat_w, block_frames)
 
 
 def check_plan(plan: MemoryPlan) -> KVCacheConfig:

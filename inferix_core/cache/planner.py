@@ -260,6 +260,7 @@ def plan_memory(
     vae_dim: int = 96,
     block_frames: int = 3,
     max_frames: int | None = None,
+    vae_bytes: int | None = None,
 ) -> MemoryPlan:
     """Plan GPU memory for a run; see the module docstring.
 
@@ -268,8 +269,10 @@ def plan_memory(
         latent_h, latent_w: latent size (pixels / 8); 60 × 104 for 480 × 832.
         cache_config: the requested cache settings.
         budget_bytes: GPU bytes the run may use; None = unlimited (the plan only reports).
-        vae_dim: base channel count of the VAE decoder (96 for Wan 2.1).
+        vae_dim: base channel count of the VAE decoder (96 for Wan 2.1), for the Wan VAE estimate.
         max_frames: run length in latent frames, needed for global attention (window_frames=-1).
+        vae_bytes: the decoder's weights + streaming working set when the caller knows its VAE (see
+            `decode_working_set_bytes` of the VAE classes); None = the Wan VAE estimate from `vae_dim`.
     """
     cfg = model_config
     elem = _elem(dtype)
@@ -281,12 +284,15 @@ def plan_memory(
     n = batch * block_frames * ft
     span_frames = max_frames if cache_config.is_global else cache_config.window_frames
     span = batch * (span_frames or block_frames) * ft
-    acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 16 * 2 * n * cfg.dim  # + RoPE f64
+    acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 8 * 2 * n * cfg.dim  # + RoPE f32
     if cache_config.quantization != "none":
         acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
-    # VAE: weights scale with dim² (127M params at 96); decode of one latent frame → 4 frames at full size
-    vae_params = int(127e6 * (vae_dim / 96) ** 2)
-    vae = vae_params * elem + 8 * batch * vae_dim * 4 * (8 * latent_h) * (8 * latent_w) * elem
+    if vae_bytes is None:
+        # Wan VAE: weights scale with dim² (127M params at 96); the streamed block decodes to 4 frames per
+        # latent frame at full size, 8 live activations of vae_dim channels (WanVAE.decode_working_set_bytes)
+        vae_params = int(127e6 * (vae_dim / 96) ** 2)
+        vae_bytes = vae_params * elem + 8 * batch * vae_dim * 4 * block_frames * (8 * latent_h) * (8 * latent_w) * elem
+    vae = vae_bytes
     fixed = weights + acts + vae
     requested_cost = cache_cost(cache_config, spec)
     plan = MemoryPlan(budget_bytes, weights, acts, vae, cache_config, requested_cost, cache_config, requested_cost, "")

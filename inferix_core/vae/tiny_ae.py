@@ -160,6 +160,19 @@ class TinyCausalAE(nn.Module):
         self.register_buffer("latent_mean", torch.tensor(config.latent_mean), persistent=False)
         self.register_buffer("latent_std", torch.tensor(config.latent_std), persistent=False)
 
+    def decode_working_set_bytes(self, latent_h: int, latent_w: int, latent_frames: int, batch: int = 1) -> int:
+        """Estimated bytes a streamed decode of `latent_frames` needs beyond the weights.
+
+        Four live tensors of the widest stage: the latent-resolution trunk (`latent_channels`), the
+        frame projection (t·c1·4 channels at latent resolution) or the half-resolution stage (c2
+        channels, t frames at (2h)·(2w)·4 pixels); an upper bound, not a measurement.
+        """
+        cfg, elem = self.config, next(self.parameters()).element_size()
+        t, (c1, c2) = cfg.temporal_compression, cfg.pixel_channels
+        latent_px, half_px = latent_h * latent_w, (4 * latent_h) * (4 * latent_w)
+        widest = max(cfg.latent_channels * latent_px, t * c1 * 4 * latent_px, t * c2 * half_px)
+        return 4 * batch * latent_frames * widest * elem
+
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path, config: TinyAEConfig | dict | None = None, device: str = "cpu") -> TinyCausalAE:
