@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import BackendUnavailableError
 
@@ -21,20 +22,16 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor 
     return out.transpose(1, 2)
 
 
-_CUDNN_FIRST = None
+_CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _sdpa_cudnn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """SDPA with cuDNN's fused attention tried first (PyTorch's own order puts flash-attn 2 first).
+    """SDPA with cuDNN's fused attention explicitly tried first.
 
-    On Hopper, cuDNN's kernel is the faster one at our shapes (measured in docs/performance.md); SDPA
-    still falls through to the next kernel where cuDNN does not support the inputs (CPU, masks, fp32).
+    For torch versions whose SDPA order does not already pick cuDNN on Hopper. With torch 2.11 on an
+    H200 it made no difference (plain SDPA already ran cuDNN's kernel; docs/performance.md). SDPA still
+    falls through to the next kernel where cuDNN does not support the inputs (CPU, masks, fp32).
     """
-    global _CUDNN_FIRST
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    if _CUDNN_FIRST is None:
-        _CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     with sdpa_kernel(_CUDNN_FIRST, set_priority=True):
         return _sdpa(q, k, v, mask)
 
@@ -58,7 +55,7 @@ class AttentionBackend:
 _BACKENDS = {
     "sdpa": AttentionBackend("sdpa", _sdpa, lambda: True, "torch scaled_dot_product_attention (default, exact on CPU)"),
     "sdpa_cudnn": AttentionBackend(
-        "sdpa_cudnn", _sdpa_cudnn, lambda: True, "torch SDPA with cuDNN attention first (fastest measured on H200)"
+        "sdpa_cudnn", _sdpa_cudnn, lambda: True, "torch SDPA with cuDNN attention explicitly first"
     ),
     "flash_attn": AttentionBackend(
         "flash_attn",

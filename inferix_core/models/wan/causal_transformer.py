@@ -219,9 +219,9 @@ class CausalWanTransformer(nn.Module):
 def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> CausalWanTransformer:
     """Regional compilation: compile each transformer block in place with `torch.compile`.
 
-    Why: at 480×832 a quarter of the eager block time is elementwise passes (fp32 norms, modulation,
-    RoPE, gated residuals), each a separate kernel reading and writing the whole activation; Inductor
-    fuses them into the GEMM epilogues and a few kernels. All blocks share one compiled graph (the
+    Why: at 480×832 on an H200, 45 % of the eager kernel time (1.34 of 2.97 s per 81 frames) is
+    elementwise passes (fp32 norms, modulation, RoPE, gated residuals), each a separate kernel reading
+    and writing the whole activation; Inductor fuses them into a few kernels (0.34 s). All blocks share one compiled graph (the
     parameters are graph inputs), so the cold start is one block's compile, not thirty. The KV-cache
     step (`SelfAttention.attend_cached`) stays eager. Numerics: the same formulas in the same
     precisions; fused reductions may round differently (bf16-level on GPU, ~1e-6 in fp32).
