@@ -24,15 +24,11 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, BenchConfig, run_engine_benchmark
+from inferix_core.benchmark import DTYPES, PRESETS, BenchConfig, build_engine, run_engine_benchmark
 from inferix_core.cache import KVCacheConfig
-from inferix_core.models.fp8 import quantize_linears_fp8
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
 from inferix_core.vae import WanVAE, WanVAEConfig
 from inferix_core.vae.overlap import to_uint8_frames
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def generate(cfg: BenchConfig, dtype: torch.dtype, fp8: bool, checkpoint: str | None = None) -> torch.Tensor:
@@ -40,21 +36,19 @@ def generate(cfg: BenchConfig, dtype: torch.dtype, fp8: bool, checkpoint: str | 
 
     With `checkpoint`, trained transformer weights replace the random ones (the context stays random).
     """
-    preset, device = PRESETS[cfg.preset], torch.device(cfg.device)
-    torch.manual_seed(0)  # the same weights run_engine_benchmark builds
+    preset = PRESETS[cfg.preset]
     if checkpoint:
         from inferix_core.models.registry import load_world_model
 
+        torch.manual_seed(0)
         model = load_world_model(checkpoint, dtype=dtype, device=cfg.device, fp8=fp8).transformer
-    else:
-        with device:
-            model = CausalWanTransformer(preset["config"]).to(dtype).eval().requires_grad_(False)
-        if fp8:
-            quantize_linears_fp8(model)
-    pipe = BlockDiffusionPipeline(model, SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames),
-                                  KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames))
-    mc = model.config
-    context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)  # after the weights, as there
+        pipe = BlockDiffusionPipeline(model, SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames),
+                                      KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames))
+        mc = model.config
+        context = torch.randn(1, mc.text_len, mc.text_dim, device=cfg.device, dtype=dtype)
+    else:  # the weights and prompt run_engine_benchmark builds
+        name = next(k for k, v in DTYPES.items() if v == dtype)
+        pipe, context = build_engine(dataclasses.replace(cfg, dtype=name, fp8=fp8))
     req = GenerationRequest(cfg.latent_frames // cfg.block_frames, preset["latent_height"], preset["latent_width"],
                             context, seed=0)
     return torch.cat([out.latents.float() for out in pipe.stream(req)], dim=1)

@@ -19,10 +19,8 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, _BlockTimer
-from inferix_core.cache import KVCacheConfig
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer, compile_blocks
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
+from inferix_core.benchmark import PRESETS, BenchConfig, _BlockTimer, build_engine
+from inferix_core.pipeline import GenerationRequest
 
 FPS_VIDEO = 16  # Wan's frame rate: a latent frame is 4 video frames
 
@@ -42,23 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    device = torch.device(args.device)
-    cuda = device.type == "cuda"
+    cuda = torch.device(args.device).type == "cuda"
     preset = PRESETS[args.preset]
-    dtype = torch.bfloat16 if cuda else torch.float32
-    torch.manual_seed(0)
-    with device:
-        model = CausalWanTransformer(preset["config"]).to(dtype).eval().requires_grad_(False)
-    if args.compile:
-        compile_blocks(model)
     block_frames = 3
-    pipe = BlockDiffusionPipeline(
-        model,
-        SamplingConfig(denoising_steps=(1000, 750, 500, 250), block_frames=block_frames),
-        KVCacheConfig(window_frames=args.window, sink_frames=args.sink),
-    )
-    mc = preset["config"]
-    context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)
+    pipe, context = build_engine(BenchConfig(
+        preset=args.preset, device=args.device, dtype="bf16" if cuda else "fp32", block_frames=block_frames,
+        window_frames=args.window, sink_frames=args.sink, compile=args.compile,
+    ))  # fmt: skip
     h, w = preset["latent_height"], preset["latent_width"]
     warm_blocks = args.window // block_frames + 2  # fills the window once, so every shape has been seen
     for _ in pipe.stream(GenerationRequest(warm_blocks, h, w, context, seed=0)):

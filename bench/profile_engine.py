@@ -18,11 +18,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from inferix_core.benchmark import PRESETS
-from inferix_core.cache import KVCacheConfig
-from inferix_core.models.registry import set_attention_backend
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer, compile_blocks
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
+from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
+from inferix_core.pipeline import GenerationRequest
 
 GROUPS = (
     ("attention", re.compile(r"fmha|flash|attention|cudnn|sdpa", re.I)),
@@ -44,18 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    device = torch.device("cuda")
     preset = PRESETS["wan-1.3b"]
-    torch.manual_seed(0)
-    with device:
-        model = CausalWanTransformer(preset["config"]).to(torch.bfloat16).eval().requires_grad_(False)
-    set_attention_backend(model, args.attention)
-    if args.compile:
-        compile_blocks(model)
-    pipe = BlockDiffusionPipeline(
-        model, SamplingConfig(denoising_steps=(1000, 750, 500, 250), block_frames=3), KVCacheConfig()
-    )
-    context = torch.randn(1, 512, 4096, device=device, dtype=torch.bfloat16)
+    pipe, context = build_engine(BenchConfig(compile=args.compile, attention=args.attention))
     request = GenerationRequest(7, preset["latent_height"], preset["latent_width"], context, seed=0)
     pipe.generate(request)  # warm-up (and compile)
     torch.cuda.synchronize()

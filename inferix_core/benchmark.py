@@ -84,12 +84,17 @@ class _BlockTimer(PipelineHooks):
         return [b - a for a, b in zip(self.marks, self.marks[1:])]
 
 
-def run_engine_benchmark(cfg: BenchConfig) -> dict:
-    """Build the preset with random weights, run warm-up + repeats, return medians and per-block times."""
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor]:
+    """The protocol's random-weight model (seed 0) with cfg's levers, its pipeline, and a random prompt.
+
+    Every GPU benchmark builds through here, so they all time the same weights and the same prompt
+    embedding (drawn after the weights, from the same seed).
+    """
     preset = PRESETS[cfg.preset]
-    device = torch.device(cfg.device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cfg.dtype]
-    cuda = device.type == "cuda"
+    device, dtype = torch.device(cfg.device), DTYPES[cfg.dtype]
     torch.manual_seed(0)
     with device:
         model = CausalWanTransformer(preset["config"]).to(dtype).eval().requires_grad_(False)
@@ -107,9 +112,17 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         compile_blocks(model, mode=cfg.compile_mode)
     sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
     cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
-    pipe = BlockDiffusionPipeline(model, sampling, cache)
     mc = preset["config"]
     context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)
+    return BlockDiffusionPipeline(model, sampling, cache), context
+
+
+def run_engine_benchmark(cfg: BenchConfig) -> dict:
+    """Build the preset with random weights, run warm-up + repeats, return medians and per-block times."""
+    preset = PRESETS[cfg.preset]
+    device, dtype = torch.device(cfg.device), DTYPES[cfg.dtype]
+    cuda = device.type == "cuda"
+    pipe, context = build_engine(cfg)
     num_blocks = cfg.latent_frames // cfg.block_frames
     vae = None
     if cfg.vae_decode:
