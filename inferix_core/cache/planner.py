@@ -287,11 +287,11 @@ def plan_memory(
     acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 8 * 2 * n * cfg.dim  # + RoPE f32
     if cache_config.quantization != "none":
         acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
-    if vae_bytes is None:
-        # Wan VAE: weights scale with dim² (127M params at 96); the streamed block decodes to 4 frames per
-        # latent frame at full size, 8 live activations of vae_dim channels (WanVAE.decode_working_set_bytes)
-        vae_params = int(127e6 * (vae_dim / 96) ** 2)
-        vae_bytes = vae_params * elem + 8 * batch * vae_dim * 4 * block_frames * (8 * latent_h) * (8 * latent_w) * elem
+    if vae_bytes is None:  # no decoder at hand: the Wan VAE's, with weights scaling as dim² (127M params at 96)
+        from ..vae.config import wan_decode_working_set_bytes
+
+        working = wan_decode_working_set_bytes(vae_dim, latent_h, latent_w, block_frames, batch, elem)
+        vae_bytes = int(127e6 * (vae_dim / 96) ** 2) * elem + working
     vae = vae_bytes
     fixed = weights + acts + vae
     requested_cost = cache_cost(cache_config, spec)

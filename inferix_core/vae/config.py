@@ -126,6 +126,18 @@ class WanVAEConfig:
                    temporal_downsample=tuple(temporal), **overrides)
 
 
+def wan_decode_working_set_bytes(dim: int, latent_h: int, latent_w: int, latent_frames: int, batch: int,
+                                 elem_bytes: int) -> int:
+    """Estimated GPU bytes a streamed Wan VAE decode of `latent_frames` needs beyond its weights.
+
+    8 live activations of `dim` channels per output pixel and frame (4 frames per latent frame; the
+    first frame of a stream is ×1, ignored): calibrated on an H200 with `VAEDecodeOptions.fast()` (6.99
+    GiB measured for a 3-latent block at 480×832, dim 96, bf16; this gives 6.85 GiB); the reference
+    path needs ~1.4× that (docs/performance.md).
+    """
+    return 8 * batch * dim * 4 * latent_frames * (8 * latent_h) * (8 * latent_w) * elem_bytes
+
+
 @dataclass(frozen=True)
 class VAEDecodeOptions:
     """How the Wan VAE decoder runs; every option gives the reference decode up to floating-point rounding.

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointLayoutError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
-from .config import VAEDecodeOptions, WanVAEConfig
+from .config import VAEDecodeOptions, WanVAEConfig, wan_decode_working_set_bytes
 from .layers import (
     AttentionBlock,
     CausalConv3d,
@@ -300,15 +300,10 @@ class WanVAE(nn.Module):
         return torch.cat(outs, dim=2)
 
     def decode_working_set_bytes(self, latent_h: int, latent_w: int, latent_frames: int, batch: int = 1) -> int:
-        """Estimated GPU bytes a streamed decode of `latent_frames` needs beyond the weights.
-
-        8 live activations of `dim` channels per output pixel and frame: calibrated on an H200 with
-        `VAEDecodeOptions.fast()` (6.99 GiB measured for a 3-latent block at 480×832, dim 96, bf16;
-        this formula gives 6.85 GiB); the reference path needs ~1.4× that (docs/performance.md).
-        """
-        frames = 4 * latent_frames  # temporal upsampling ×4 (the first frame of a stream is ×1: ignored)
+        """Estimated GPU bytes a streamed decode of `latent_frames` needs beyond the weights (see
+        `wan_decode_working_set_bytes`)."""
         elem = next(self.parameters()).element_size()
-        return 8 * batch * self.config.dim * frames * (8 * latent_h) * (8 * latent_w) * elem
+        return wan_decode_working_set_bytes(self.config.dim, latent_h, latent_w, latent_frames, batch, elem)
 
     def stream_decoder(self, **kwargs) -> StreamDecoder:
         """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`.
