@@ -119,24 +119,21 @@ def resolve_backends(
             else:
                 log.warning("%s -> aesthetic quality is unavailable (it has no credible weight-free proxy).", why)
                 out[m] = MetricBackend(m, False, "unavailable", unavailable=f"no weight-free proxy; {why}")
-        elif m == "background":
-            net, why = _try_load(lambda: networks.load_clip_vision(networks.locate(wd, "clip_b32"), device))
+        elif m in ("background", "subject"):  # feature consistency: a network's features, else a proxy's
+            load, network, key, features, proxy, proxy_features = {
+                "background": (networks.load_clip_vision, "CLIP ViT-B/32", "clip_b32", bm.clip_image_embeddings,
+                               "colour-histogram similarity", proxies.colour_histogram_features),
+                "subject": (networks.load_dino, "DINO ViT-B/16", "dino_b16", bm.dino_cls_features,
+                            "perceptual-hash structure similarity", proxies.structure_features),
+            }[m]
+            net, why = _try_load(lambda load=load, key=key: load(networks.locate(wd, key), device))
             if net is not None:
-                out[m] = MetricBackend(m, False, "CLIP ViT-B/32", lambda f, n=net: bm.clip_image_embeddings(f, n),
+                out[m] = MetricBackend(m, False, network, lambda f, n=net, fn=features: fn(f, n),
                                        bm.consistency_from_features, min_frames=2)
             else:
-                fallback(m, why, "colour-histogram similarity")
-                out[m] = MetricBackend(m, True, "colour-histogram similarity (proxy)",
-                                       proxies.colour_histogram_features, bm.consistency_from_features, min_frames=2)
-        elif m == "subject":
-            net, why = _try_load(lambda: networks.load_dino(networks.locate(wd, "dino_b16"), device))
-            if net is not None:
-                out[m] = MetricBackend(m, False, "DINO ViT-B/16", lambda f, n=net: bm.dino_cls_features(f, n),
-                                       bm.consistency_from_features, min_frames=2)
-            else:
-                fallback(m, why, "perceptual-hash structure similarity")
-                out[m] = MetricBackend(m, True, "perceptual-hash structure similarity (proxy)",
-                                       proxies.structure_features, bm.consistency_from_features, min_frames=2)
+                fallback(m, why, proxy)
+                out[m] = MetricBackend(m, True, f"{proxy} (proxy)", proxy_features, bm.consistency_from_features,
+                                       min_frames=2)
         elif m == "dynamic":
             flow, why = _try_load(lambda: networks.load_raft_flow(networks.locate(wd, "raft_large"), device))
             if flow is None:
