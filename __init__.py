@@ -24,7 +24,8 @@ if __package__:
 else:  # not imported as a package: give nodes/ its installed name instead of the clashing `nodes`
     if "inferix_nodes" not in sys.modules and importlib.util.find_spec("inferix_nodes") is None:
         _spec = importlib.util.spec_from_file_location(
-            "inferix_nodes", os.path.join(_HERE, "nodes", "__init__.py"),
+            "inferix_nodes",
+            os.path.join(_HERE, "nodes", "__init__.py"),
             submodule_search_locations=[os.path.join(_HERE, "nodes")],
         )
         _module = importlib.util.module_from_spec(_spec)

@@ -42,15 +42,19 @@ def generate(cfg: BenchConfig, dtype: torch.dtype, fp8: bool, checkpoint: str | 
 
         torch.manual_seed(0)
         model = load_world_model(checkpoint, dtype=dtype, device=cfg.device, fp8=fp8).transformer
-        pipe = BlockDiffusionPipeline(model, SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames),
-                                      KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames))
+        pipe = BlockDiffusionPipeline(
+            model,
+            SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames),
+            KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames),
+        )
         mc = model.config
         context = torch.randn(1, mc.text_len, mc.text_dim, device=cfg.device, dtype=dtype)
     else:  # the weights and prompt run_engine_benchmark builds
         name = next(k for k, v in DTYPES.items() if v == dtype)
         pipe, context = build_engine(dataclasses.replace(cfg, dtype=name, fp8=fp8))
-    req = GenerationRequest(cfg.latent_frames // cfg.block_frames, preset["latent_height"], preset["latent_width"],
-                            context, seed=0)
+    req = GenerationRequest(
+        cfg.latent_frames // cfg.block_frames, preset["latent_height"], preset["latent_width"], context, seed=0
+    )
     return torch.cat([out.latents.float() for out in pipe.stream(req)], dim=1)
 
 
@@ -58,8 +62,12 @@ def latent_error(test: torch.Tensor, ref: torch.Tensor, block_frames: int) -> di
     """Relative L2 error and max |diff| in float64, over everything and per block of latent frames."""
     t, r = test.double(), ref.double()
     per_block = [((a - b).norm() / b.norm()).item() for a, b in zip(t.split(block_frames, 1), r.split(block_frames, 1))]
-    return {"rel_l2": ((t - r).norm() / r.norm()).item(), "max_abs": (t - r).abs().max().item(),
-            "ref_max_abs": r.abs().max().item(), "rel_l2_per_block": per_block}
+    return {
+        "rel_l2": ((t - r).norm() / r.norm()).item(),
+        "max_abs": (t - r).abs().max().item(),
+        "ref_max_abs": r.abs().max().item(),
+        "rel_l2_per_block": per_block,
+    }
 
 
 def decoded_psnr(test: torch.Tensor, ref: torch.Tensor, vae_dim: int, block_frames: int, dtype: torch.dtype) -> dict:
@@ -81,8 +89,12 @@ def decoded_psnr(test: torch.Tensor, ref: torch.Tensor, vae_dim: int, block_fram
         count += fr.numel()
         frames += fr.shape[0]
     mse = sq_err / count
-    return {"psnr_db": math.inf if mse == 0 else 10 * math.log10(255**2 / mse), "mse": mse, "frames": frames,
-            "vae_dim": vae_dim}
+    return {
+        "psnr_db": math.inf if mse == 0 else 10 * math.log10(255**2 / mse),
+        "mse": mse,
+        "frames": frames,
+        "vae_dim": vae_dim,
+    }
 
 
 def bundled_quality(device: str, num_blocks: int = 14) -> dict:
@@ -93,8 +105,12 @@ def bundled_quality(device: str, num_blocks: int = 14) -> dict:
     from inferix_core.models.registry import load_world_model
 
     actions = ["accelerate"] * (num_blocks // 2) + ["steer_left"] * (num_blocks - num_blocks // 2)
-    variants = {"fp32": {}, "bf16": {"dtype": "bf16"}, "fp8 + fp32": {"fp8": True},
-                "fp8 + bf16": {"dtype": "bf16", "fp8": True}}
+    variants = {
+        "fp32": {},
+        "bf16": {"dtype": "bf16"},
+        "fp8 + fp32": {"fp8": True},
+        "fp8 + bf16": {"dtype": "bf16", "fp8": True},
+    }
     results, rows = {}, {}
     for name, kw in variants.items():
         wm = load_world_model("bundled", device=device, **kw)
@@ -119,22 +135,31 @@ def speed_row(result: dict) -> dict:
 
 def format_report(report: dict) -> str:
     s, q = report["speed"], report["quality"]
-    lines = [f"{report['gpu']}, torch {report['torch']}, preset {report['config']['preset']}, "
-             f"{report['pixel_frames']} frames, {report['dtype']} (fp8: block linears in e4m3)", ""]
+    lines = [
+        f"{report['gpu']}, torch {report['torch']}, preset {report['config']['preset']}, "
+        f"{report['pixel_frames']} frames, {report['dtype']} (fp8: block linears in e4m3)",
+        "",
+    ]
     if s:
         lines.append(f"{'variant':<10}{'total s':>10}{'FPS':>8}{'first block s':>15}{'peak GiB':>10}")
         for name, row in s.items():
             peak = "-" if row["peak_gib"] is None else f"{row['peak_gib']:.2f}"
-            lines.append(f"{name:<10}{row['median_total_s']:>10.3f}{row['fps']:>8.1f}"
-                         f"{row['median_first_block_s']:>15.3f}{peak:>10}")
+            lines.append(
+                f"{name:<10}{row['median_total_s']:>10.3f}{row['fps']:>8.1f}"
+                f"{row['median_first_block_s']:>15.3f}{peak:>10}"
+            )
         if "fp8" in s and report["dtype"] in s:
-            lines.append(f"speed-up fp8 vs {report['dtype']}: {s[report['dtype']]['median_total_s'] / s['fp8']['median_total_s']:.3f}x")
+            lines.append(
+                f"speed-up fp8 vs {report['dtype']}: {s[report['dtype']]['median_total_s'] / s['fp8']['median_total_s']:.3f}x"
+            )
         lines.append("")
     lines.append(f"{'comparison':<16}{'latent rel L2':>15}{'max |diff|':>12}{'of max |x|':>12}{'frames PSNR dB':>16}")
     for name, row in q.items():
         psnr = row.get("psnr_db")
-        lines.append(f"{name:<16}{row['rel_l2']:>15.3e}{row['max_abs']:>12.3e}{row['ref_max_abs']:>12.3f}"
-                     f"{'-' if psnr is None else f'{psnr:.2f}':>16}")
+        lines.append(
+            f"{name:<16}{row['rel_l2']:>15.3e}{row['max_abs']:>12.3e}{row['ref_max_abs']:>12.3f}"
+            f"{'-' if psnr is None else f'{psnr:.2f}':>16}"
+        )
     for name, row in q.items():
         lines.append(f"{name} rel L2 per block: " + " ".join(f"{e:.2e}" for e in row["rel_l2_per_block"]))
     return "\n".join(lines)
@@ -150,21 +175,34 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vae-dim", type=int, default=None, help="Wan VAE base width: 96 (the real one), 4 for tiny")
     parser.add_argument("--no-speed", action="store_true", help="quality only")
-    parser.add_argument("--compile", action="store_true", help="speed runs with compile_blocks (both variants); "
-                        "Inductor then fuses the activation quantization into the preceding elementwise kernels")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="speed runs with compile_blocks (both variants); "
+        "Inductor then fuses the activation quantization into the preceding elementwise kernels",
+    )
     parser.add_argument("--fp32-reference", action="store_true", help="also compare both with the fp32 model")
-    parser.add_argument("--checkpoint", default=None, help="quality with these trained transformer weights "
-                        "(e.g. a Self-Forcing .safetensors) instead of random ones; speed stays random-weight")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="quality with these trained transformer weights "
+        "(e.g. a Self-Forcing .safetensors) instead of random ones; speed stays random-weight",
+    )
     parser.add_argument("--bundled", action="store_true", help="quality of the trained bundled model instead")
     parser.add_argument("--json", type=Path, help="write the full result here")
     args = parser.parse_args(argv)
     if args.bundled:
         with torch.inference_mode():
             quality = bundled_quality(args.device)
-        report = {"config": {"preset": "bundled (trained)", "device": args.device, "blocks": 14, "size": "64x64"},
-                  "gpu": torch.cuda.get_device_name(args.device) if torch.device(args.device).type == "cuda" else "cpu",
-                  "torch": torch.__version__, "dtype": "fp32 reference", "pixel_frames": 165, "speed": {},
-                  "quality": quality}
+        report = {
+            "config": {"preset": "bundled (trained)", "device": args.device, "blocks": 14, "size": "64x64"},
+            "gpu": torch.cuda.get_device_name(args.device) if torch.device(args.device).type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "dtype": "fp32 reference",
+            "pixel_frames": 165,
+            "speed": {},
+            "quality": quality,
+        }
         print(format_report(report))
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
@@ -174,8 +212,14 @@ def main(argv: list[str] | None = None) -> dict:
     frames = args.latent_frames or (6 if tiny else 21)
     vae_dim = args.vae_dim or (4 if tiny else 96)
     dtype = DTYPES[args.dtype]
-    base = BenchConfig(preset=args.preset, latent_frames=frames, dtype=args.dtype, device=args.device,
-                       warmup=args.warmup, repeats=args.repeats)
+    base = BenchConfig(
+        preset=args.preset,
+        latent_frames=frames,
+        dtype=args.dtype,
+        device=args.device,
+        warmup=args.warmup,
+        repeats=args.repeats,
+    )
     timed = dataclasses.replace(base, compile=args.compile)
     cuda = torch.device(args.device).type == "cuda"
 
@@ -199,8 +243,12 @@ def main(argv: list[str] | None = None) -> dict:
     finite = all(torch.isfinite(t).all() for t in (plain, quant))
 
     report = {
-        "config": {**dataclasses.asdict(timed), "steps": list(base.steps), "vae_dim": vae_dim,
-                   "checkpoint": args.checkpoint},
+        "config": {
+            **dataclasses.asdict(timed),
+            "steps": list(base.steps),
+            "vae_dim": vae_dim,
+            "checkpoint": args.checkpoint,
+        },
         "gpu": torch.cuda.get_device_name(args.device) if cuda else "cpu",
         "torch": torch.__version__,
         "dtype": args.dtype,

@@ -70,8 +70,9 @@ def kinds(window: int, sink: int, spec: KVCacheSpec, model_config) -> dict[str, 
     planner = estimate_offload(model_config, spec, paged, num_offloaded=L).max_hidden_offloaded
     for m in sorted({round(0.8 * L), planner, L // 2} - {L}, reverse=True):
         if m >= 3:  # fewer than 3 offloaded layers save nothing (offload.budget_for_offloaded)
-            out[f"offload_{m}"] = dataclasses.replace(paged, offload="auto",
-                                                      gpu_budget_bytes=budget_for_offloaded(paged, spec, m))
+            out[f"offload_{m}"] = dataclasses.replace(
+                paged, offload="auto", gpu_budget_bytes=budget_for_offloaded(paged, spec, m)
+            )
     return out
 
 
@@ -163,8 +164,16 @@ def fixture_errors() -> dict:
             p = info["pipeline"]
             B, _F, _C, H, W = p["latent_shape"]
             pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(base, quantization=q))
-            out = pipe.generate(GenerationRequest(num_blocks=p["num_blocks"], latent_height=H, latent_width=W,
-                                                  context=t["text_context"], batch_size=B, noise=FixtureNoise(t)))
+            out = pipe.generate(
+                GenerationRequest(
+                    num_blocks=p["num_blocks"],
+                    latent_height=H,
+                    latent_width=W,
+                    context=t["text_context"],
+                    batch_size=B,
+                    noise=FixtureNoise(t),
+                )
+            )
             ref = t["output_latents"]
             res[f"{path.stem}/{q}"] = {"rel": rel(out, ref), "max_abs": (out - ref).abs().max().item()}
     return res
@@ -193,8 +202,14 @@ def main() -> None:
     torch.manual_seed(0)
     model = CausalWanTransformer(cfg).to(device, dtype).eval()
     spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.frame_tokens(lat_h, lat_w), BLOCK, dtype=dtype)
-    plan = plan_memory(cfg, lat_h, lat_w, KVCacheConfig(window_frames=args.window, sink_frames=args.sink), dtype=dtype,
-                       budget_bytes=torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None)
+    plan = plan_memory(
+        cfg,
+        lat_h,
+        lat_w,
+        KVCacheConfig(window_frames=args.window, sink_frames=args.sink),
+        dtype=dtype,
+        budget_bytes=torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None,
+    )
     log.info("%s\n", plan.describe())
 
     # 2. every kind: a strict no-sync run (CUDA), a warm-up, then the timed run
@@ -205,8 +220,12 @@ def main() -> None:
     if device == "cuda":
         past = estimate_offload(cfg, spec, configs["offload_all"]).bytes_per_layer_call
         bandwidth = copy_bandwidth(past)
-        log.info("pinned copies of %.1f MB: h2d %.1f GB/s, d2h %.1f GB/s", past / 1e6, bandwidth["h2d_GBps"],
-                 bandwidth["d2h_GBps"])
+        log.info(
+            "pinned copies of %.1f MB: h2d %.1f GB/s, d2h %.1f GB/s",
+            past / 1e6,
+            bandwidth["h2d_GBps"],
+            bandwidth["d2h_GBps"],
+        )
     for name, kv in configs.items():
         if device == "cuda":
             run(model, kv, lat_h, lat_w, 2, device, strict=True)
@@ -242,29 +261,66 @@ def main() -> None:
             r["hidden_transfer_pct"] = 100 * (1 - overhead / r["transfer_seconds"]) if r["transfer_seconds"] else 100.0
             est = estimate_offload(cfg, spec, configs[name], num_offloaded=r["offloaded_layers"])
             r["planner_best_hidden_pct"] = 100 * est.best_hidden_fraction
-    report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "dtype": str(dtype),
-              "latent": [lat_h, lat_w], "window_frames": args.window, "sink_frames": args.sink, "blocks": blocks,
-              "model": {"num_layers": cfg.num_layers, "dim": cfg.dim, "num_heads": cfg.num_heads},
-              "plan": plan.to_dict(), "copy_bandwidth": bandwidth, "kinds": results, "random_attention_errors": random_attention_errors(device)}
+    report = {
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "dtype": str(dtype),
+        "latent": [lat_h, lat_w],
+        "window_frames": args.window,
+        "sink_frames": args.sink,
+        "blocks": blocks,
+        "model": {"num_layers": cfg.num_layers, "dim": cfg.dim, "num_heads": cfg.num_heads},
+        "plan": plan.to_dict(),
+        "copy_bandwidth": bandwidth,
+        "kinds": results,
+        "random_attention_errors": random_attention_errors(device),
+    }
     if device == "cpu":
         report["fixture_errors"] = fixture_errors()
 
     # 4. table + JSON
     mib = 1024**2
-    log.info("%-13s %9s %10s %10s %7s %9s %8s %8s %8s %9s %10s", "kind", "s/block", "cache MiB", "host MiB", "layers",
-             "xfer s", "h2d GB/s", "hidden%", "stall-h%", "bitwise", "rel err")
+    log.info(
+        "%-13s %9s %10s %10s %7s %9s %8s %8s %8s %9s %10s",
+        "kind",
+        "s/block",
+        "cache MiB",
+        "host MiB",
+        "layers",
+        "xfer s",
+        "h2d GB/s",
+        "hidden%",
+        "stall-h%",
+        "bitwise",
+        "rel err",
+    )
 
     def pct(x):
         return "-" if x is None else f"{x:.1f}"
 
     for name, r in results.items():
-        log.info("%-13s %9.4f %10.3f %10.3f %7s %9.3f %8s %8s %8s %9s %10.2e", name, r["s_per_block"],
-                 r["resident_bytes"] / mib, r["offloaded_bytes"] / mib, r["offloaded_layers"] or "-",
-                 r["transfer_seconds"], pct(r["h2d_GBps"]), pct(r.get("hidden_transfer_pct")),
-                 pct(r["hidden_h2d_pct"]), r.get("bitwise_equal_resident", "-"), r["rel_err_vs_ring"])
+        log.info(
+            "%-13s %9.4f %10.3f %10.3f %7s %9.3f %8s %8s %8s %9s %10.2e",
+            name,
+            r["s_per_block"],
+            r["resident_bytes"] / mib,
+            r["offloaded_bytes"] / mib,
+            r["offloaded_layers"] or "-",
+            r["transfer_seconds"],
+            pct(r["h2d_GBps"]),
+            pct(r.get("hidden_transfer_pct")),
+            pct(r["hidden_h2d_pct"]),
+            r.get("bitwise_equal_resident", "-"),
+            r["rel_err_vs_ring"],
+        )
     for q, e in report["random_attention_errors"].items():
-        log.info("random data %s: attention rel err %.2e, K %.2e, V %.2e, bytes %.2f of exact", q, e["attn"], e["k"],
-                 e["v"], e["bytes_ratio"])
+        log.info(
+            "random data %s: attention rel err %.2e, K %.2e, V %.2e, bytes %.2f of exact",
+            q,
+            e["attn"],
+            e["k"],
+            e["v"],
+            e["bytes_ratio"],
+        )
     for key, e in report.get("fixture_errors", {}).items():
         log.info("fixture %s: final latents rel err %.2e, max abs %.2e", key, e["rel"], e["max_abs"])
     args.json.write_text(json.dumps(report, indent=1))

@@ -42,8 +42,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tiny", action="store_true", help="the tiny CPU-sized model (smoke test)")
-    p.add_argument("--resolutions", default=None,
-                   help="pixel HxW list (default 480x832,720x1280; with --tiny 64x96,96x160)")
+    p.add_argument(
+        "--resolutions", default=None, help="pixel HxW list (default 480x832,720x1280; with --tiny 64x96,96x160)"
+    )
     p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
     p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default bf16 (fp32 with --tiny)")
     p.add_argument("--device", default="cuda", help="cuda (NCCL) or cpu (gloo)")
@@ -112,9 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     rank = parallel.get_rank()
     device = parallel.local_device(args.device)
     preset = PRESETS["tiny" if args.tiny else "wan-1.3b"]
-    results = {"world_size": world, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
-               "args": {k: str(v) for k, v in vars(args).items()}, "resolutions": {}}
+    results = {
+        "world_size": world,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "resolutions": {},
+    }
     with parallel.fail_together():
         for res in args.resolutions.split(","):
             height, width = (int(v) for v in res.lower().split("x"))
@@ -162,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                     entry["latents_mean_abs_diff"] = diff.mean().item()
                     entry["latents_first_block_max_abs_diff"] = diff[:, :3].max().item()
                     entry["latents_cosine"] = torch.nn.functional.cosine_similarity(
-                        many["latents"].flatten(), base["latents"].flatten(), dim=0).item()
+                        many["latents"].flatten(), base["latents"].flatten(), dim=0
+                    ).item()
                 results["resolutions"][res] = entry
                 print(format_entry(res, entry, world), flush=True)
             del model
@@ -185,13 +192,17 @@ def format_entry(res: str, e: dict, world: int) -> str:
             r = e[name]
             peak = r.get("peak_gib_per_rank") or [r["peak_gib"]]
             mem = " / ".join("-" if p is None else f"{p:.2f}" for p in peak)
-            rows.append(f"{name:>6}: {r['fps']:7.2f} FPS  total {r['median_total_s']:.3f} s  "
-                        f"first block {r['median_first_block_s']:.3f} s  peak GiB per GPU {mem}")
+            rows.append(
+                f"{name:>6}: {r['fps']:7.2f} FPS  total {r['median_total_s']:.3f} s  "
+                f"first block {r['median_first_block_s']:.3f} s  peak GiB per GPU {mem}"
+            )
     if "speedup" in e:
-        rows.append(f"speed-up {e['speedup']:.2f}x (efficiency {e['scaling_efficiency']:.0%}), first block "
-                    f"{e['first_block_speedup']:.2f}x; latents vs 1 GPU: max |d| {e['latents_max_abs_diff']:.2e}, "
-                    f"mean |d| {e['latents_mean_abs_diff']:.2e}, first block max |d| "
-                    f"{e['latents_first_block_max_abs_diff']:.2e}, cosine {e['latents_cosine']:.6f}")
+        rows.append(
+            f"speed-up {e['speedup']:.2f}x (efficiency {e['scaling_efficiency']:.0%}), first block "
+            f"{e['first_block_speedup']:.2f}x; latents vs 1 GPU: max |d| {e['latents_max_abs_diff']:.2e}, "
+            f"mean |d| {e['latents_mean_abs_diff']:.2e}, first block max |d| "
+            f"{e['latents_first_block_max_abs_diff']:.2e}, cosine {e['latents_cosine']:.6f}"
+        )
     return "\n".join(rows)
 
 

@@ -27,6 +27,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
     """Milliseconds for one call: CUDA events on GPU (no host sync inside the call), perf_counter on CPU."""
     if device.type == "cuda":
+
         def timed(fn: Callable[[], object]) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -35,15 +36,18 @@ def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
             end.synchronize()
             return start.elapsed_time(end)
     else:
+
         def timed(fn: Callable[[], object]) -> float:
             t0 = time.perf_counter()
             fn()
             return (time.perf_counter() - t0) * 1e3
+
     return timed
 
 
-def bench_stream(name: str, decoder_factory, latents: torch.Tensor, block_frames: int, warmup: int,
-                 device: torch.device) -> dict:
+def bench_stream(
+    name: str, decoder_factory, latents: torch.Tensor, block_frames: int, warmup: int, device: torch.device
+) -> dict:
     """Decode `latents` block by block in a fresh session; warm-up blocks come from a separate session."""
     timed = _timer(device)
     blocks = latents.split(block_frames, dim=2)
@@ -61,9 +65,13 @@ def bench_stream(name: str, decoder_factory, latents: torch.Tensor, block_frames
         frames.append(out[0].shape[2])
     steady = times[1:] or times  # block 0 makes fewer frames (1 + 4·(n − 1))
     result = {
-        "name": name, "blocks": len(blocks), "block_latent_frames": block_frames,
-        "first_block_ms": round(times[0], 2), "median_block_ms": round(statistics.median(steady), 2),
-        "min_block_ms": round(min(steady), 2), "frames_per_block": frames[1] if len(frames) > 1 else frames[0],
+        "name": name,
+        "blocks": len(blocks),
+        "block_latent_frames": block_frames,
+        "first_block_ms": round(times[0], 2),
+        "median_block_ms": round(statistics.median(steady), 2),
+        "min_block_ms": round(min(steady), 2),
+        "frames_per_block": frames[1] if len(frames) > 1 else frames[0],
     }
     result["pixel_fps"] = round(1e3 * result["frames_per_block"] / result["median_block_ms"], 1)
     if device.type == "cuda":
@@ -98,8 +106,9 @@ def main() -> None:
     vae = WanVAE(vae_cfg).to(device=device, dtype=dtype).eval()
     tae = TAEHV(tae_cfg).to(device=device, dtype=dtype).eval()
     s = vae_cfg.spatial_compression
-    latents = torch.randn(1, vae_cfg.z_dim, args.block_frames * args.blocks, args.height // s, args.width // s,
-                          device=device)
+    latents = torch.randn(
+        1, vae_cfg.z_dim, args.block_frames * args.blocks, args.height // s, args.width // s, device=device
+    )
 
     results = [
         bench_stream("wan_vae", vae.stream_decoder, latents, args.block_frames, args.warmup, device),
@@ -107,21 +116,42 @@ def main() -> None:
     ]
     if args.tile:
         tiling = SpatialTiling(tile_latent=args.tile, overlap_latent=max(args.tile // 4, 1))
-        results.append(bench_stream(f"wan_vae_tiled{args.tile}", lambda: vae.stream_decoder(tiling=tiling), latents,
-                                    args.block_frames, args.warmup, device))
+        results.append(
+            bench_stream(
+                f"wan_vae_tiled{args.tile}",
+                lambda: vae.stream_decoder(tiling=tiling),
+                latents,
+                args.block_frames,
+                args.warmup,
+                device,
+            )
+        )
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    print(f"{device_name}, {str(dtype).removeprefix('torch.')}, {args.height}x{args.width}, "
-          f"{args.block_frames} latent frames per block, median of {args.blocks - 1} blocks after {args.warmup} warm-up")
-    header = f"{'decoder':<18}{'first ms':>10}{'median ms':>11}{'frames':>8}{'px fps':>9}{'peak GiB':>10}{'cache MiB':>11}"
+    print(
+        f"{device_name}, {str(dtype).removeprefix('torch.')}, {args.height}x{args.width}, "
+        f"{args.block_frames} latent frames per block, median of {args.blocks - 1} blocks after {args.warmup} warm-up"
+    )
+    header = (
+        f"{'decoder':<18}{'first ms':>10}{'median ms':>11}{'frames':>8}{'px fps':>9}{'peak GiB':>10}{'cache MiB':>11}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['name']:<18}{r['first_block_ms']:>10.1f}{r['median_block_ms']:>11.1f}{r['frames_per_block']:>8}"
-              f"{r['pixel_fps']:>9.1f}{r.get('peak_mem_gib', float('nan')):>10.2f}{r.get('cache_mib', float('nan')):>11.1f}")
+        print(
+            f"{r['name']:<18}{r['first_block_ms']:>10.1f}{r['median_block_ms']:>11.1f}{r['frames_per_block']:>8}"
+            f"{r['pixel_fps']:>9.1f}{r.get('peak_mem_gib', float('nan')):>10.2f}{r.get('cache_mib', float('nan')):>11.1f}"
+        )
     if args.json_out:
-        meta = {"device": device_name, "dtype": str(dtype), "height": args.height, "width": args.width,
-                "tiny": args.tiny, "torch": torch.__version__, "vae_config": {"dim": vae_cfg.dim, "z_dim": vae_cfg.z_dim}}
+        meta = {
+            "device": device_name,
+            "dtype": str(dtype),
+            "height": args.height,
+            "width": args.width,
+            "tiny": args.tiny,
+            "torch": torch.__version__,
+            "vae_config": {"dim": vae_cfg.dim, "z_dim": vae_cfg.z_dim},
+        }
         with open(args.json_out, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=2)
 

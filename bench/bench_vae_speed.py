@@ -84,13 +84,17 @@ def count_decode_macs(cfg: WanVAEConfig, block_frames: int, height: int, width: 
     session.decode(z)
     for h in handles:
         h.remove()
-    return {"first_block_macs": sum(first.values()), "steady_block_macs": sum(tally.values()),
-            **{f"steady_macs_{k}": v for k, v in sorted(tally.items())}}
+    return {
+        "first_block_macs": sum(first.values()),
+        "steady_block_macs": sum(tally.values()),
+        **{f"steady_macs_{k}": v for k, v in sorted(tally.items())},
+    }
 
 
 def _timer(device: torch.device) -> Callable[[Callable[[], Tensor]], tuple[float, Tensor]]:
     """(milliseconds, result) of one call: CUDA events on GPU (no host sync inside), perf_counter on CPU."""
     if device.type == "cuda":
+
         def timed(fn: Callable[[], Tensor]) -> tuple[float, Tensor]:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -99,15 +103,23 @@ def _timer(device: torch.device) -> Callable[[Callable[[], Tensor]], tuple[float
             end.synchronize()
             return start.elapsed_time(end), out
     else:
+
         def timed(fn: Callable[[], Tensor]) -> tuple[float, Tensor]:
             t0 = time.perf_counter()
             out = fn()
             return (time.perf_counter() - t0) * 1e3, out
+
     return timed
 
 
-def run_variant(base: WanVAE, options: VAEDecodeOptions, blocks: list[Tensor], warmup: int, device: torch.device,
-                reference: list[Tensor] | None) -> tuple[dict, list[Tensor]]:
+def run_variant(
+    base: WanVAE,
+    options: VAEDecodeOptions,
+    blocks: list[Tensor],
+    warmup: int,
+    device: torch.device,
+    reference: list[Tensor] | None,
+) -> tuple[dict, list[Tensor]]:
     """Warm up, then decode every block in a fresh session on a private copy of the weights."""
     vae = copy.deepcopy(base)
     weight_bytes = sum(p.numel() * p.element_size() for p in vae.parameters())
@@ -133,9 +145,14 @@ def run_variant(base: WanVAE, options: VAEDecodeOptions, blocks: list[Tensor], w
             outs.append(out.cpu())
         else:
             max_diff = max(max_diff, (out.float() - reference[i].to(device).float()).abs().max().item())
-    result = {"first_block_ms": times[0], "steady_ms": times[1:], "frames_per_block": outs[-1].shape[2] if outs
-              else None, "finite": finite, "max_abs_diff_vs_baseline": max_diff if reference is not None else 0.0,
-              "cache_mib": session.state.nbytes() / 2**20}
+    result = {
+        "first_block_ms": times[0],
+        "steady_ms": times[1:],
+        "frames_per_block": outs[-1].shape[2] if outs else None,
+        "finite": finite,
+        "max_abs_diff_vs_baseline": max_diff if reference is not None else 0.0,
+        "cache_mib": session.state.nbytes() / 2**20,
+    }
     if cuda:
         result["peak_gib"] = (torch.cuda.max_memory_allocated(device) - start_bytes + weight_bytes) / 2**30
     del session, vae
@@ -145,20 +162,27 @@ def run_variant(base: WanVAE, options: VAEDecodeOptions, blocks: list[Tensor], w
     return result, outs
 
 
-def summarise(name: str, rounds: list[dict], options: VAEDecodeOptions, macs: float, frames: int,
-              base_ms: float | None) -> dict:
+def summarise(
+    name: str, rounds: list[dict], options: VAEDecodeOptions, macs: float, frames: int, base_ms: float | None
+) -> dict:
     steady = [t for r in rounds for t in r["steady_ms"]]
     median = statistics.median(steady)
     out = {
-        "name": name, "options": asdict(options), "rounds": len(rounds),
-        "first_block_ms": round(rounds[0]["first_block_ms"], 2), "median_block_ms": round(median, 2),
-        "min_block_ms": round(min(steady), 2), "round_medians_ms": [round(statistics.median(r["steady_ms"]), 2)
-                                                                    for r in rounds],
-        "measured_blocks": len(steady), "frames_per_block": frames, "pixel_fps": round(1e3 * frames / median, 1),
+        "name": name,
+        "options": asdict(options),
+        "rounds": len(rounds),
+        "first_block_ms": round(rounds[0]["first_block_ms"], 2),
+        "median_block_ms": round(median, 2),
+        "min_block_ms": round(min(steady), 2),
+        "round_medians_ms": [round(statistics.median(r["steady_ms"]), 2) for r in rounds],
+        "measured_blocks": len(steady),
+        "frames_per_block": frames,
+        "pixel_fps": round(1e3 * frames / median, 1),
         "achieved_tflops": round(2 * macs / (median * 1e-3) / 1e12, 1),
         "speedup_vs_baseline": round(base_ms / median, 3) if base_ms else 1.0,
         "max_abs_diff_vs_baseline": max(r["max_abs_diff_vs_baseline"] for r in rounds),
-        "finite": all(r["finite"] for r in rounds), "cache_mib": round(rounds[0]["cache_mib"], 1),
+        "finite": all(r["finite"] for r in rounds),
+        "cache_mib": round(rounds[0]["cache_mib"], 1),
     }
     if "peak_gib" in rounds[0]:
         out["peak_gib"] = round(max(r["peak_gib"] for r in rounds), 2)
@@ -172,18 +196,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=480, help="pixels")
     parser.add_argument("--width", type=int, default=832, help="pixels")
     parser.add_argument("--block-frames", type=int, default=3, help="latent frames per streamed block")
-    parser.add_argument("--blocks", type=int, default=8, help="blocks per measured session (the first is reported "
-                        "apart; the median is over the rest)")
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=8,
+        help="blocks per measured session (the first is reported apart; the median is over the rest)",
+    )
     parser.add_argument("--warmup", type=int, default=2, help="warm-up blocks per variant (separate session)")
-    parser.add_argument("--rounds", type=int, default=1, help="measure all variants this many times, alternating "
-                        "the order; the median pools the rounds")
-    parser.add_argument("--variants", default=None, help=f"comma-separated subset of {','.join(VARIANTS)} "
-                        "(baseline is always run first)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure all variants this many times, alternating the order; the median pools the rounds",
+    )
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma-separated subset of {','.join(VARIANTS)} (baseline is always run first)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip variants that use torch.compile")
-    parser.add_argument("--max-seconds", type=float, default=0.0, help="stop starting new variants after this "
-                        "much wall time (0: no limit); what ran is still reported")
-    parser.add_argument("--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS,
-                        help="tensor-core peak for the %% of peak column")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0.0,
+        help="stop starting new variants after this much wall time (0: no limit); what ran is still reported",
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=H200_DENSE_BF16_TFLOPS, help="tensor-core peak for the %% of peak column"
+    )
     parser.add_argument("--small", action="store_true", help="dim 4, 16x32, 3 blocks, no compile: a CPU smoke test")
     parser.add_argument("--json", dest="json_out", default=None, help="write the results here (after every variant)")
     args = parser.parse_args(argv)
@@ -191,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    names = list(VARIANTS) if args.variants is None else ["baseline", *(
-        n for n in args.variants.split(",") if n and n != "baseline")]
+    names = (
+        list(VARIANTS)
+        if args.variants is None
+        else ["baseline", *(n for n in args.variants.split(",") if n and n != "baseline")]
+    )
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
@@ -209,22 +252,48 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     base = WanVAE(cfg).to(device=device, dtype=dtype).eval()
     s = cfg.spatial_compression
-    latents = torch.randn(1, cfg.z_dim, args.block_frames * args.blocks, args.height // s, args.width // s,
-                          generator=torch.Generator().manual_seed(1)).to(device)
+    latents = torch.randn(
+        1,
+        cfg.z_dim,
+        args.block_frames * args.blocks,
+        args.height // s,
+        args.width // s,
+        generator=torch.Generator().manual_seed(1),
+    ).to(device)
     blocks = list(latents.split(args.block_frames, dim=2))
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    meta = {"device": device_name, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-            "height": args.height, "width": args.width, "block_latent_frames": args.block_frames,
-            "blocks": args.blocks, "warmup": args.warmup, "small": args.small,
-            "vae_config": {"dim": cfg.dim, "z_dim": cfg.z_dim}, **{k: round(v) for k, v in macs.items()},
-            "steady_block_gflop": round(2 * macs["steady_block_macs"] / 1e9, 1)}
-    print(f"{device_name}, {meta['dtype']}, {args.height}x{args.width}, {args.block_frames} latent frames per block, "
-          f"{args.blocks - 1} timed later blocks x {args.rounds} round(s) after {args.warmup} warm-up; "
-          f"{meta['steady_block_gflop']} GFLOP per later block (reference formula)", flush=True)
-    print("  by kind: " + ", ".join(f"{k.removeprefix('steady_macs_')} {2 * v / 1e9:.1f}" for k, v in macs.items()
-                                   if k.startswith("steady_macs_")) + " GFLOP", flush=True)
+    meta = {
+        "device": device_name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "height": args.height,
+        "width": args.width,
+        "block_latent_frames": args.block_frames,
+        "blocks": args.blocks,
+        "warmup": args.warmup,
+        "small": args.small,
+        "vae_config": {"dim": cfg.dim, "z_dim": cfg.z_dim},
+        **{k: round(v) for k, v in macs.items()},
+        "steady_block_gflop": round(2 * macs["steady_block_macs"] / 1e9, 1),
+    }
+    print(
+        f"{device_name}, {meta['dtype']}, {args.height}x{args.width}, {args.block_frames} latent frames per block, "
+        f"{args.blocks - 1} timed later blocks x {args.rounds} round(s) after {args.warmup} warm-up; "
+        f"{meta['steady_block_gflop']} GFLOP per later block (reference formula)",
+        flush=True,
+    )
+    print(
+        "  by kind: "
+        + ", ".join(
+            f"{k.removeprefix('steady_macs_')} {2 * v / 1e9:.1f}"
+            for k, v in macs.items()
+            if k.startswith("steady_macs_")
+        )
+        + " GFLOP",
+        flush=True,
+    )
 
     per_variant: dict[str, list[dict]] = {n: [] for n in names}
     reference: list[Tensor] | None = None
@@ -249,27 +318,46 @@ def main(argv: list[str] | None = None) -> int:
                 reference, frames = outs, res["frames_per_block"]
                 meta["baseline_abs_max"] = max(o.float().abs().max().item() for o in outs)  # scale for max|Δ|
             per_variant[name].append(res)
-            print(f"  round {rnd + 1} {name}: median {statistics.median(res['steady_ms']):.1f} ms "
-                  f"(variant wall {time.perf_counter() - t0:.1f} s)", flush=True)
+            print(
+                f"  round {rnd + 1} {name}: median {statistics.median(res['steady_ms']):.1f} ms "
+                f"(variant wall {time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
             base_ms = statistics.median([t for r in per_variant["baseline"] for t in r["steady_ms"]])
-            results = [summarise(n, per_variant[n], VARIANTS[n], macs["steady_block_macs"], frames,
-                                 None if n == "baseline" else base_ms) for n in names if per_variant[n]]
+            results = [
+                summarise(
+                    n,
+                    per_variant[n],
+                    VARIANTS[n],
+                    macs["steady_block_macs"],
+                    frames,
+                    None if n == "baseline" else base_ms,
+                )
+                for n in names
+                if per_variant[n]
+            ]
             write_json()
 
-    header = (f"{'variant':<27}{'first ms':>9}{'median ms':>10}{'min ms':>8}{'px fps':>8}{'speedup':>8}"
-              f"{'TFLOP/s':>8}{'% peak':>7}{'peak GiB':>9}{'max|Δ| vs base':>15}")
+    header = (
+        f"{'variant':<27}{'first ms':>9}{'median ms':>10}{'min ms':>8}{'px fps':>8}{'speedup':>8}"
+        f"{'TFLOP/s':>8}{'% peak':>7}{'peak GiB':>9}{'max|Δ| vs base':>15}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['name']:<27}{r['first_block_ms']:>9.1f}{r['median_block_ms']:>10.1f}{r['min_block_ms']:>8.1f}"
-              f"{r['pixel_fps']:>8.1f}{r['speedup_vs_baseline']:>8.3f}{r['achieved_tflops']:>8.1f}"
-              f"{100 * r['achieved_tflops'] / args.peak_tflops:>7.1f}{r.get('peak_gib', float('nan')):>9.2f}"
-              f"{r['max_abs_diff_vs_baseline']:>15.2e}{'' if r['finite'] else '  NON-FINITE'}")
+        print(
+            f"{r['name']:<27}{r['first_block_ms']:>9.1f}{r['median_block_ms']:>10.1f}{r['min_block_ms']:>8.1f}"
+            f"{r['pixel_fps']:>8.1f}{r['speedup_vs_baseline']:>8.3f}{r['achieved_tflops']:>8.1f}"
+            f"{100 * r['achieved_tflops'] / args.peak_tflops:>7.1f}{r.get('peak_gib', float('nan')):>9.2f}"
+            f"{r['max_abs_diff_vs_baseline']:>15.2e}{'' if r['finite'] else '  NON-FINITE'}"
+        )
     if len(results) > 1:
         best = min(results, key=lambda r: r["median_block_ms"])
         meta["fastest"] = best["name"]
-        print(f"fastest: {best['name']} ({best['median_block_ms']:.1f} ms, {best['speedup_vs_baseline']:.2f}x); "
-              f"floor at {args.peak_tflops:.0f} TFLOP/s: {2 * macs['steady_block_macs'] / args.peak_tflops / 1e9:.1f} ms")
+        print(
+            f"fastest: {best['name']} ({best['median_block_ms']:.1f} ms, {best['speedup_vs_baseline']:.2f}x); "
+            f"floor at {args.peak_tflops:.0f} TFLOP/s: {2 * macs['steady_block_macs'] / args.peak_tflops / 1e9:.1f} ms"
+        )
     for s_ in skipped:
         print(f"skipped: {s_}")
     meta["wall_s"] = round(time.perf_counter() - t_start, 1)

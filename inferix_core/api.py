@@ -68,11 +68,20 @@ def kv_cache_numbers(cache) -> dict[str, float]:
 def kv_cache_memory(cache) -> dict[str, float]:
     """Bytes the KV cache holds now, under the names the live panel reads (GPU-resident and offloaded)."""
     stats = cache.stats()
-    return {"kv_gpu_bytes": float(stats.get("resident_bytes", 0)), "kv_host_bytes": float(stats.get("offloaded_bytes", 0))}
+    return {
+        "kv_gpu_bytes": float(stats.get("resident_bytes", 0)),
+        "kv_host_bytes": float(stats.get("offloaded_bytes", 0)),
+    }
 
 
-def decode_video(world_model: WorldModel, latents: torch.Tensor, hooks: GenerationHooks | None = None, *,
-                 block_frames: int | None = None, decoder: str = "vae") -> np.ndarray:
+def decode_video(
+    world_model: WorldModel,
+    latents: torch.Tensor,
+    hooks: GenerationHooks | None = None,
+    *,
+    block_frames: int | None = None,
+    decoder: str = "vae",
+) -> np.ndarray:
     """Decode latents (B, F, C, h, w) block by block with the streaming decoder; uint8 (T, H, W, 3) of item 0.
 
     Memory stays flat for long videos (one block of pixels at a time) and the result equals a full
@@ -91,15 +100,22 @@ def decode_video(world_model: WorldModel, latents: torch.Tensor, hooks: Generati
     hooks.on_start(num_blocks)
     for index in range(num_blocks):
         t0 = time.perf_counter()
-        chunk = latents[:, index * step:(index + 1) * step].permute(0, 2, 1, 3, 4)  # (B, C, f, h, w)
+        chunk = latents[:, index * step : (index + 1) * step].permute(0, 2, 1, 3, 4)  # (B, C, f, h, w)
         blocks.append(pixels_to_uint8(stream.decode(chunk.to(param.device, param.dtype))))  # (T, H, W, 3)
         hooks.on_block_end(index, blocks[-1], {"decode_s": time.perf_counter() - t0})
         hooks.check_interrupt()
     return np.concatenate(blocks)
 
 
-def plan_run(world_model: WorldModel, cache: KVCacheConfig | None, width: int, height: int, num_blocks: int,
-             sampling: SamplingConfig | None = None, num_initial_frames: int = 0) -> MemoryPlan:
+def plan_run(
+    world_model: WorldModel,
+    cache: KVCacheConfig | None,
+    width: int,
+    height: int,
+    num_blocks: int,
+    sampling: SamplingConfig | None = None,
+    num_initial_frames: int = 0,
+) -> MemoryPlan:
     """The memory plan of one run, with `cache.gpu_budget_bytes` as the KV cache's share of the GPU.
 
     The planner's budget covers the whole run (weights, activations, VAE, cache); the cache config's
@@ -109,10 +125,17 @@ def plan_run(world_model: WorldModel, cache: KVCacheConfig | None, width: int, h
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
     lat_h, lat_w = latent_size(world_model, width, height)
-    args = dict(model_config=world_model.config, latent_h=lat_h, latent_w=lat_w, cache_config=cache,
-                dtype=world_model.dtype, vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
-                block_frames=sampling.block_frames, max_frames=num_initial_frames + num_blocks * sampling.block_frames,
-                vae_bytes=_decoder_bytes(world_model.vae, lat_h, lat_w, sampling.block_frames))
+    args = dict(
+        model_config=world_model.config,
+        latent_h=lat_h,
+        latent_w=lat_w,
+        cache_config=cache,
+        dtype=world_model.dtype,
+        vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
+        block_frames=sampling.block_frames,
+        max_frames=num_initial_frames + num_blocks * sampling.block_frames,
+        vae_bytes=_decoder_bytes(world_model.vae, lat_h, lat_w, sampling.block_frames),
+    )
     plan = plan_memory(**args)
     if cache.gpu_budget_bytes is None:
         return plan
@@ -140,8 +163,7 @@ def check_plan(plan: MemoryPlan) -> KVCacheConfig:
     return chosen
 
 
-def open_video_sinks(folder: str | Path, prefix: str, fps: float, *, crf: int = 18,
-                     frames_ext: str = "none") -> list:
+def open_video_sinks(folder: str | Path, prefix: str, fps: float, *, crf: int = 18, frames_ext: str = "none") -> list:
     """An Mp4Sink at the next free `folder/prefix_NNNNN.mp4`, plus a frame folder of that name if asked.
 
     The mp4 is written as `…partial.mp4`, one flushed fragment per block, and renamed when closed (also on
@@ -177,8 +199,9 @@ class ProfiledHooks(PipelineHooks):
         self.hooks.check_interrupt()
 
 
-def _actions_for_run(world_model: WorldModel, actions, num_blocks: int, num_initial: int,
-                     sampling: SamplingConfig) -> torch.Tensor | None:
+def _actions_for_run(
+    world_model: WorldModel, actions, num_blocks: int, num_initial: int, sampling: SamplingConfig
+) -> torch.Tensor | None:
     """(1, F0 + F, A) actions: a schedule or a per-block name list covers its blocks; given frames take the first."""
     if isinstance(actions, ActionSchedule):
         actions = actions.per_block(world_model, num_blocks, sampling)
@@ -242,9 +265,19 @@ def generate_video(
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()
         raise
-    prof.on_run_start({"family": world_model.family, "width": width, "height": height, "num_blocks": num_blocks,
-                       "block_frames": sampling.block_frames, "steps": list(sampling.denoising_steps),
-                       "window_frames": cache.window_frames, "sink_frames": cache.sink_frames, "seed": seed})
+    prof.on_run_start(
+        {
+            "family": world_model.family,
+            "width": width,
+            "height": height,
+            "num_blocks": num_blocks,
+            "block_frames": sampling.block_frames,
+            "steps": list(sampling.denoising_steps),
+            "window_frames": cache.window_frames,
+            "sink_frames": cache.sink_frames,
+            "seed": seed,
+        }
+    )
     stage = prof.stage
     # 2. text conditioning
     with stage("text_encode"):
@@ -300,8 +333,9 @@ def generate_video(
             if not out.is_initial:  # given frames are context, not generated: the profiler never opened them
                 prof.record_kv_cache(kv_cache_numbers(pipe.kv_cache))
                 prof.on_block_end(out.index, 0 if pix is None else len(pix))
-            hooks.on_block_end(out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s,
-                                                **kv_cache_memory(pipe.kv_cache)})
+            hooks.on_block_end(
+                out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s, **kv_cache_memory(pipe.kv_cache)}
+            )
     except KeyboardInterrupt as exc:
         raise GenerationInterruptedError("generation interrupted; the frames written so far are kept") from exc
     finally:

@@ -77,8 +77,9 @@ def _initial_latent_count(num_latent: int, sampling: SamplingConfig) -> int:
     return first + max(1, (num_latent - first) // n) * n
 
 
-def encode_start_frames(world_model: WorldModel, frames, width: int, height: int,
-                        sampling: SamplingConfig | None = None) -> torch.Tensor:
+def encode_start_frames(
+    world_model: WorldModel, frames, width: int, height: int, sampling: SamplingConfig | None = None
+) -> torch.Tensor:
     """Given video frames → clean initial latents (1, F0, C, h, w) of whole blocks, to continue from.
 
     Frames are uint8 [T, H, W, 3] (0..255) or float [T, H, W, 3] in 0..1 (a ComfyUI IMAGE). The causal VAE
@@ -94,14 +95,18 @@ def encode_start_frames(world_model: WorldModel, frames, width: int, height: int
     sampling = sampling or world_model.sampling
     vae = world_model.vae
     if vae is None or not callable(getattr(vae, "encode", None)):
-        raise ConfigError("start_frames need a VAE with an encoder; this world model has none (load a VAE file, "
-                          "the preview decoder cannot encode)")
+        raise ConfigError(
+            "start_frames need a VAE with an encoder; this world model has none (load a VAE file, "
+            "the preview decoder cannot encode)"
+        )
     x = torch.as_tensor(np.asarray(frames) if not isinstance(frames, torch.Tensor) else frames)
     if x.ndim != 4 or x.shape[-1] != 3:
         raise ShapeMismatchError(f"start_frames must be [T, H, W, 3], got {list(x.shape)}")
     if (x.shape[1], x.shape[2]) != (height, width):
-        raise ShapeMismatchError(f"start_frames are {x.shape[2]}x{x.shape[1]} but the video is {width}x{height}; "
-                                 "resize them (e.g. ComfyUI's Upscale Image) or change width/height")
+        raise ShapeMismatchError(
+            f"start_frames are {x.shape[2]}x{x.shape[1]} but the video is {width}x{height}; "
+            "resize them (e.g. ComfyUI's Upscale Image) or change width/height"
+        )
     x = x.float() / 127.5 - 1 if x.dtype == torch.uint8 else x.float().clamp(0, 1) * 2 - 1  # [-1, 1]
     stride = world_model.temporal_compression
     keep = _initial_latent_count(1 + (x.shape[0] - 1) // stride, sampling)

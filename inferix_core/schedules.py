@@ -63,8 +63,10 @@ class PromptSchedule:
         for t, _ in self.entries[1:]:
             block = block_at(t, block_s)
             if block >= num_blocks:
-                raise ConfigError(f"prompt at {t:g} s starts after the video ends ({num_blocks * block_s:.2f} s, "
-                                  f"{num_blocks} blocks); add blocks or move the prompt earlier")
+                raise ConfigError(
+                    f"prompt at {t:g} s starts after the video ends ({num_blocks * block_s:.2f} s, "
+                    f"{num_blocks} blocks); add blocks or move the prompt earlier"
+                )
             blocks.append(max(block, 1))
         return blocks
 

@@ -51,8 +51,10 @@ def summarize(result: Any, width: int, height: int) -> str:
     """A line about a finished run (and the file it streamed to), shown on the node."""
     frames = 0 if result.frames is None else len(result.frames)
     first = "" if result.first_frame_seconds is None else f", first frame after {result.first_frame_seconds:.2f} s"
-    line = (f"{len(result.block_seconds)} blocks, {frames} frames {width}x{height} at {result.fps} fps "
-            f"in {result.seconds:.1f} s{first}")
+    line = (
+        f"{len(result.block_seconds)} blocks, {frames} frames {width}x{height} at {result.fps} fps "
+        f"in {result.seconds:.1f} s{first}"
+    )
     return line + "".join(f"\nstreamed to {path}" for path in result.files)
 
 
@@ -73,66 +75,134 @@ class InferixBlockDenoise(io.ComfyNode):
             display_name="Inferix Block Denoise",
             category=f"{types.CATEGORY}/sampling",
             description="Autoregressive block diffusion: each block of latent frames is denoised in a few steps "
-                        "against a KV cache of the frames before it, then decoded. Shows every block live.",
+            "against a KV cache of the frames before it, then decoded. Shows every block live.",
             inputs=[
                 types.WorldModel.Input("world_model", tooltip="The model from Inferix Load World Model."),
-                io.String.Input("prompt", multiline=True, default="a car drives along a winding coastal road",
-                                tooltip="Text prompt. Ignored when a prompt schedule or conditioning is connected."),
-                io.Int.Input("num_blocks", default=7, min=1, max=MAX_BLOCKS, step=1,
-                             tooltip="Blocks to generate. One block is the family's block_frames latent frames "
-                                     "(3 for Self-Forcing, 12 video frames, 0.75 s at 16 fps)."),
-                io.Float.Input("seconds", default=0.0, min=0.0, max=3600.0, step=0.25,
-                               tooltip="Video length in seconds; when above 0 it replaces num_blocks (rounded up "
-                                       "to whole blocks at the model's frame rate)."),
-                io.Int.Input("width", default=832, min=SIZE_STEP, max=MAX_SIZE, step=SIZE_STEP,
-                             tooltip="Frame width in pixels; a multiple of 16."),
-                io.Int.Input("height", default=480, min=SIZE_STEP, max=MAX_SIZE, step=SIZE_STEP,
-                             tooltip="Frame height in pixels; a multiple of 16."),
-                io.String.Input("denoising_steps", default="1000,750,500,250",
-                                tooltip="Timesteps of the few-step schedule, noisiest first, comma-separated. "
-                                        "Empty = the family default. Fewer steps are faster and blurrier."),
-                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
-                             tooltip="Noise seed; the same seed, settings and device give the same video."),
-                types.KVCacheConfig.Input("kv_cache", optional=True,
-                                          tooltip="Cache settings (window, sink, offload, int8). Default: "
-                                                  "global, full precision, on the GPU."),
-                io.Conditioning.Input("conditioning", optional=True,
-                                      tooltip="A text embedding from a ComfyUI text encoder node (UMT5 for Wan); "
-                                              "replaces the prompt text."),
-                types.PromptSchedule.Input("prompt_schedule", optional=True,
-                                           tooltip="Prompts that switch at given seconds (Inferix Prompt "
-                                                   "Schedule); replaces the prompt text."),
-                types.ActionSchedule.Input("action_schedule", optional=True,
-                                           tooltip="Actions over time for interactive world models (Inferix "
-                                                   "Action Schedule); they switch at block boundaries."),
-                types.StreamSettings.Input("stream", optional=True,
-                                           tooltip="Inferix Stream Settings: write the mp4 to the output folder "
-                                                   "block by block while generating. A stopped run keeps a "
-                                                   "playable file of the frames so far."),
-                io.Image.Input("start_frames", optional=True,
-                               tooltip="Video frames to continue from, at this node's width and height. The "
-                                       "oldest frames are dropped to whole blocks (4 frames per latent frame); "
-                                       "fewer than one block are padded with the first frame. Needs a VAE "
-                                       "with an encoder."),
+                io.String.Input(
+                    "prompt",
+                    multiline=True,
+                    default="a car drives along a winding coastal road",
+                    tooltip="Text prompt. Ignored when a prompt schedule or conditioning is connected.",
+                ),
+                io.Int.Input(
+                    "num_blocks",
+                    default=7,
+                    min=1,
+                    max=MAX_BLOCKS,
+                    step=1,
+                    tooltip="Blocks to generate. One block is the family's block_frames latent frames "
+                    "(3 for Self-Forcing, 12 video frames, 0.75 s at 16 fps).",
+                ),
+                io.Float.Input(
+                    "seconds",
+                    default=0.0,
+                    min=0.0,
+                    max=3600.0,
+                    step=0.25,
+                    tooltip="Video length in seconds; when above 0 it replaces num_blocks (rounded up "
+                    "to whole blocks at the model's frame rate).",
+                ),
+                io.Int.Input(
+                    "width",
+                    default=832,
+                    min=SIZE_STEP,
+                    max=MAX_SIZE,
+                    step=SIZE_STEP,
+                    tooltip="Frame width in pixels; a multiple of 16.",
+                ),
+                io.Int.Input(
+                    "height",
+                    default=480,
+                    min=SIZE_STEP,
+                    max=MAX_SIZE,
+                    step=SIZE_STEP,
+                    tooltip="Frame height in pixels; a multiple of 16.",
+                ),
+                io.String.Input(
+                    "denoising_steps",
+                    default="1000,750,500,250",
+                    tooltip="Timesteps of the few-step schedule, noisiest first, comma-separated. "
+                    "Empty = the family default. Fewer steps are faster and blurrier.",
+                ),
+                io.Int.Input(
+                    "seed",
+                    default=0,
+                    min=0,
+                    max=0xFFFFFFFFFFFFFFFF,
+                    control_after_generate=True,
+                    tooltip="Noise seed; the same seed, settings and device give the same video.",
+                ),
+                types.KVCacheConfig.Input(
+                    "kv_cache",
+                    optional=True,
+                    tooltip="Cache settings (window, sink, offload, int8). Default: "
+                    "global, full precision, on the GPU.",
+                ),
+                io.Conditioning.Input(
+                    "conditioning",
+                    optional=True,
+                    tooltip="A text embedding from a ComfyUI text encoder node (UMT5 for Wan); "
+                    "replaces the prompt text.",
+                ),
+                types.PromptSchedule.Input(
+                    "prompt_schedule",
+                    optional=True,
+                    tooltip="Prompts that switch at given seconds (Inferix Prompt Schedule); replaces the prompt text.",
+                ),
+                types.ActionSchedule.Input(
+                    "action_schedule",
+                    optional=True,
+                    tooltip="Actions over time for interactive world models (Inferix "
+                    "Action Schedule); they switch at block boundaries.",
+                ),
+                types.StreamSettings.Input(
+                    "stream",
+                    optional=True,
+                    tooltip="Inferix Stream Settings: write the mp4 to the output folder "
+                    "block by block while generating. A stopped run keeps a "
+                    "playable file of the frames so far.",
+                ),
+                io.Image.Input(
+                    "start_frames",
+                    optional=True,
+                    tooltip="Video frames to continue from, at this node's width and height. The "
+                    "oldest frames are dropped to whole blocks (4 frames per latent frame); "
+                    "fewer than one block are padded with the first frame. Needs a VAE "
+                    "with an encoder.",
+                ),
             ],
             outputs=[
-                io.Latent.Output("latent", tooltip="Clean latents as a core LATENT, samples [B, C, F, h, w] in VAE "
-                                                  "space (what core VAE Decode and Inferix VAE Decode take)."),
+                io.Latent.Output(
+                    "latent",
+                    tooltip="Clean latents as a core LATENT, samples [B, C, F, h, w] in VAE "
+                    "space (what core VAE Decode and Inferix VAE Decode take).",
+                ),
                 io.Image.Output("frames", tooltip="Decoded frames as an IMAGE batch, one image per video frame."),
-                types.Video.Output("video", tooltip="The whole result (frames, fps, per-block timings, the "
-                                                    "streamed file) for Inferix Stream Out, Profile Report and "
-                                                    "LV-Bench Score."),
+                types.Video.Output(
+                    "video",
+                    tooltip="The whole result (frames, fps, per-block timings, the "
+                    "streamed file) for Inferix Stream Out, Profile Report and "
+                    "LV-Bench Score.",
+                ),
             ],
             hidden=[io.Hidden.unique_id],
         )
 
     @classmethod
-    def validate_inputs(cls, num_blocks: int | None = None, width: int | None = None, height: int | None = None,
-                        denoising_steps: str | None = None, seconds: float | None = None) -> bool | str:
+    def validate_inputs(
+        cls,
+        num_blocks: int | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        denoising_steps: str | None = None,
+        seconds: float | None = None,
+    ) -> bool | str:
         for name, value in (("width", width), ("height", height)):
             if value is not None and (value % SIZE_STEP or not SIZE_STEP <= value <= MAX_SIZE):
-                return (f"{name} must be a multiple of {SIZE_STEP} between {SIZE_STEP} and {MAX_SIZE}, got {value}; "
-                        f"try {max(SIZE_STEP, round(value / SIZE_STEP) * SIZE_STEP)}")
+                return (
+                    f"{name} must be a multiple of {SIZE_STEP} between {SIZE_STEP} and {MAX_SIZE}, got {value}; "
+                    f"try {max(SIZE_STEP, round(value / SIZE_STEP) * SIZE_STEP)}"
+                )
         if num_blocks is not None and not 1 <= num_blocks <= MAX_BLOCKS:
             return f"num_blocks must be between 1 and {MAX_BLOCKS}, got {num_blocks}"
         if seconds is not None and seconds < 0:
@@ -144,10 +214,23 @@ class InferixBlockDenoise(io.ComfyNode):
         return True
 
     @classmethod
-    def execute(cls, world_model: Any, prompt: str, num_blocks: int, seconds: float, width: int, height: int,
-                denoising_steps: str, seed: int, kv_cache: Any = None, conditioning: Any = None,
-                prompt_schedule: Any = None, action_schedule: Any = None, stream: Any = None,
-                start_frames: Any = None) -> io.NodeOutput:
+    def execute(
+        cls,
+        world_model: Any,
+        prompt: str,
+        num_blocks: int,
+        seconds: float,
+        width: int,
+        height: int,
+        denoising_steps: str,
+        seed: int,
+        kv_cache: Any = None,
+        conditioning: Any = None,
+        prompt_schedule: Any = None,
+        action_schedule: Any = None,
+        stream: Any = None,
+        start_frames: Any = None,
+    ) -> io.NodeOutput:
         from inferix_core.api import check_plan, generate_video, open_video_sinks, plan_run, seconds_to_blocks
         from inferix_core.errors import ConfigError
         from inferix_core.profiling import Profiler
@@ -161,26 +244,48 @@ class InferixBlockDenoise(io.ComfyNode):
         # the model is a link, so ComfyUI cannot show it to validate_inputs: the budget is checked here,
         # before any model work
         num_start = 0 if start_frames is None else len(start_frames)
-        plan = plan_run(world_model, kv_cache, width, height, num_blocks, sampling,
-                        num_initial_frames=-(-num_start // world_model.temporal_compression))
+        plan = plan_run(
+            world_model,
+            kv_cache,
+            width,
+            height,
+            num_blocks,
+            sampling,
+            num_initial_frames=-(-num_start // world_model.temporal_compression),
+        )
         log.info("%s", plan.describe())
         check_plan(plan)
-        text = prompt_schedule if prompt_schedule is not None else (
-            conditioning_tensor(conditioning) if conditioning is not None else prompt)
+        text = (
+            prompt_schedule
+            if prompt_schedule is not None
+            else (conditioning_tensor(conditioning) if conditioning is not None else prompt)
+        )
         sinks = []
         if stream is not None:
             folder, prefix = split_prefix(stream.filename_prefix)
-            sinks = open_video_sinks(folder, prefix, stream.fps or world_model.fps, crf=stream.crf,
-                                     frames_ext=stream.save_frames)
+            sinks = open_video_sinks(
+                folder, prefix, stream.fps or world_model.fps, crf=stream.crf, frames_ext=stream.save_frames
+            )
         hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
         try:
-            result = generate_video(world_model, text, num_blocks=num_blocks, width=width, height=height, seed=seed,
-                                    cache=kv_cache, sampling=sampling, actions=action_schedule, hooks=hooks,
-                                    profiler=Profiler(world_model.device), sinks=sinks, start_frames=start_frames)
+            result = generate_video(
+                world_model,
+                text,
+                num_blocks=num_blocks,
+                width=width,
+                height=height,
+                seed=seed,
+                cache=kv_cache,
+                sampling=sampling,
+                actions=action_schedule,
+                hooks=hooks,
+                profiler=Profiler(world_model.device),
+                sinks=sinks,
+                start_frames=start_frames,
+            )
         except BaseException:
             if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
-                log.warning("stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written,
-                            sinks[0].path)
+                log.warning("stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written, sinks[0].path)
             raise
         finally:
             hooks.close()

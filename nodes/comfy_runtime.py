@@ -54,6 +54,7 @@ def register_model_folders() -> None:
 
 # --- folders ---------------------------------------------------------------------------------------
 
+
 def set_output_dir(path: str | os.PathLike[str] | None) -> None:
     """Headless: where output nodes write (overrides $INFERIX_OUTPUT_DIR); None restores the default."""
     _state["output_dir"] = None if path is None else str(path)
@@ -120,6 +121,7 @@ def resolve_model_file(folder: str, name: str) -> str:
 
 # --- interrupts --------------------------------------------------------------------------------------
 
+
 def request_interrupt() -> None:
     """Headless: ask the running node to stop at its next check (the CLI does this on Ctrl-C)."""
     headless.request_interrupt()
@@ -134,6 +136,7 @@ def check_interrupt() -> None:
 
 
 # --- progress ------------------------------------------------------------------------------------------
+
 
 class Progress:
     """A progress bar for one node run: ComfyUI's (with preview images), else the executor's hook."""
@@ -162,6 +165,7 @@ class Progress:
 
 
 # --- websocket events ------------------------------------------------------------------------------------
+
 
 def add_event_listener(listener: Callable[[str, dict], None]) -> Callable[[], None]:
     """Headless: receive every event a node sends; returns a function that removes the listener."""
@@ -196,6 +200,7 @@ def save_preview(image: Any, prefix: str) -> dict[str, str]:
 
 # --- generation hooks ------------------------------------------------------------------------------------
 
+
 class BlockHooks:
     """The core's generation hooks, reported to ComfyUI: progress with a preview, `inferix.block`, interrupts.
 
@@ -218,8 +223,9 @@ class BlockHooks:
         """Called by the pipeline between denoising steps."""
         check_interrupt()
 
-    def on_block_end(self, index: int, frames: Any, timings: dict[str, float] | None = None,
-                     memory: dict[str, Any] | None = None) -> None:
+    def on_block_end(
+        self, index: int, frames: Any, timings: dict[str, float] | None = None, memory: dict[str, Any] | None = None
+    ) -> None:
         """One clean block is done: move the bar, show its last frame, tell the front end.
 
         Args:
@@ -234,10 +240,18 @@ class BlockHooks:
         # the core reports KV-cache bytes among the timings (kv_gpu_bytes, kv_host_bytes); the panel reads memory
         timings = dict(timings or {})
         memory = {**{k: timings.pop(k) for k in list(timings) if k.startswith("kv_")}, **(memory or {})}
-        send_event(BLOCK_EVENT, {
-            "node": self.node_id, "run": self.run_id, "block": index, "num_blocks": self.num_blocks,
-            "timings": timings, "memory": memory, "preview": saved,
-        })
+        send_event(
+            BLOCK_EVENT,
+            {
+                "node": self.node_id,
+                "run": self.run_id,
+                "block": index,
+                "num_blocks": self.num_blocks,
+                "timings": timings,
+                "memory": memory,
+                "preview": saved,
+            },
+        )
         check_interrupt()
 
     def close(self) -> None:

@@ -44,18 +44,23 @@ def wan_vae_from_core(core_vae: Any, device: Any = None, dtype: Any = None) -> A
     if model is None:
         inner = getattr(core_vae, "first_stage_model", None)
         if inner is None or not hasattr(inner, "state_dict"):
-            raise ConfigError(f"the connected VAE ({type(core_vae).__name__}) has no first_stage_model; connect a "
-                              "core Load VAE node with a Wan 2.1 VAE (e.g. wan_2.1_vae.safetensors)")
+            raise ConfigError(
+                f"the connected VAE ({type(core_vae).__name__}) has no first_stage_model; connect a "
+                "core Load VAE node with a Wan 2.1 VAE (e.g. wan_2.1_vae.safetensors)"
+            )
         state = {k: v for k, v in inner.state_dict().items() if isinstance(v, torch.Tensor)}
         try:
             canonical, layout = to_canonical(state, source=f"core VAE ({type(inner).__name__})")
             model = WanVAE.from_state_dict(canonical, source="core VAE")
         except InferixError as exc:
-            raise ConfigError(f"the connected core VAE is not a Wan 2.1 VAE Inferix can stream-decode "
-                              f"(Wan 2.2 and image VAEs are not supported): {exc}") from exc
+            raise ConfigError(
+                f"the connected core VAE is not a Wan 2.1 VAE Inferix can stream-decode "
+                f"(Wan 2.2 and image VAEs are not supported): {exc}"
+            ) from exc
         model = model.requires_grad_(False).eval()
-        log.info("using the core VAE's weights (%s layout, dim %d, z_dim %d)", layout, model.config.dim,
-                 model.config.z_dim)
+        log.info(
+            "using the core VAE's weights (%s layout, dim %d, z_dim %d)", layout, model.config.dim, model.config.z_dim
+        )
         with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
             _CONVERTED[core_vae] = model
     return model.to(device=device or "cpu", dtype=dtype or torch.float32)

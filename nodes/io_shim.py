@@ -25,8 +25,16 @@ class Input:
 
     io_type: ClassVar[str] = "*"
 
-    def __init__(self, id: str, display_name: str | None = None, optional: bool = False, tooltip: str | None = None,
-                 lazy: bool | None = None, extra_dict: dict | None = None, **options: Any):
+    def __init__(
+        self,
+        id: str,
+        display_name: str | None = None,
+        optional: bool = False,
+        tooltip: str | None = None,
+        lazy: bool | None = None,
+        extra_dict: dict | None = None,
+        **options: Any,
+    ):
         self.id = id
         self.display_name = display_name
         self.optional = optional
@@ -40,8 +48,15 @@ class Input:
         self.extra_dict = extra_dict or {}
 
     def as_dict(self) -> dict:
-        return _prune({"display_name": self.display_name, "optional": self.optional or None,
-                       "tooltip": self.tooltip, "lazy": self.lazy, **self.options}) | _prune(self.extra_dict)
+        return _prune(
+            {
+                "display_name": self.display_name,
+                "optional": self.optional or None,
+                "tooltip": self.tooltip,
+                "lazy": self.lazy,
+                **self.options,
+            }
+        ) | _prune(self.extra_dict)
 
     def get_io_type(self) -> str | list:
         return self.io_type
@@ -52,8 +67,13 @@ class Output:
 
     io_type: ClassVar[str] = "*"
 
-    def __init__(self, id: str | None = None, display_name: str | None = None, tooltip: str | None = None,
-                 is_output_list: bool = False):
+    def __init__(
+        self,
+        id: str | None = None,
+        display_name: str | None = None,
+        tooltip: str | None = None,
+        is_output_list: bool = False,
+    ):
         self.id = id
         self.display_name = display_name
         self.tooltip = tooltip
@@ -104,8 +124,9 @@ Mask = _comfytype("MASK", "Mask")
 Latent = _comfytype("LATENT", "Latent")
 Conditioning = _comfytype("CONDITIONING", "Conditioning")
 Vae = _comfytype("VAE", "Vae")
-Combo = type("Combo", (), {"io_type": "COMBO", "Input": _ComboInput,
-                           "Output": type("Output", (Output,), {"io_type": "COMBO"})})
+Combo = type(
+    "Combo", (), {"io_type": "COMBO", "Input": _ComboInput, "Output": type("Output", (Output,), {"io_type": "COMBO"})}
+)
 
 
 def Custom(io_type: str) -> type:  # noqa: N802 - same name as comfy_api.latest.io.Custom

@@ -51,48 +51,93 @@ class InferixLoadWorldModel(io.ComfyNode):
             display_name="Inferix Load World Model",
             category=f"{types.CATEGORY}/loaders",
             description="Loads a block-diffusion world model (Self-Forcing, CausVid, LongLive causal Wan 2.1, or the "
-                        "small bundled model). The family and its config are read from the weights.",
+            "small bundled model). The family and its config are read from the weights.",
             inputs=[
-                io.Combo.Input("model", options=_choices("model"), default=rt.BUNDLED,
-                               tooltip="Causal transformer weights from models/diffusion_models "
-                                       "(ComfyUI, Wan, diffusers or Self-Forcing .pt layout), or the bundled "
-                                       "small model that runs on CPU."),
-                io.Combo.Input("vae", options=_choices("vae"), default=rt.BUNDLED,
-                               tooltip="Wan 2.1 VAE from models/vae ('bundled' = the one matching the bundled "
-                                       "model). Decodes latents to frames block by block."),
-                io.Combo.Input("preview_decoder", options=_choices("preview_decoder"), default=NONE,
-                               tooltip="Optional tiny decoder (TAEHV) from models/vae_approx for fast live "
-                                       "previews; 'none' previews with the full VAE."),
-                io.Combo.Input("text_encoder", options=_choices("text_encoder"), default=rt.BUNDLED,
-                               tooltip="UMT5-XXL text encoder from models/text_encoders; 'bundled' uses the "
-                                       "family's default (a small built-in encoder for the bundled model)."),
-                io.Combo.Input("dtype", options=DTYPES, default="auto",
-                               tooltip="Compute precision: 'auto' = bf16 on GPUs that support it, else fp32. "
-                                       "fp32 is exact and slowest."),
-                io.Combo.Input("attention", options=attention_backends(), default="sdpa",
-                               tooltip="Attention kernel. 'sdpa' (PyTorch) works everywhere; others fall back "
-                                       "to sdpa, with a log line, when not installed."),
-                io.Combo.Input("device", options=DEVICES, default="auto",
-                               tooltip="Where the model runs: 'auto' = CUDA when available, else CPU."),
+                io.Combo.Input(
+                    "model",
+                    options=_choices("model"),
+                    default=rt.BUNDLED,
+                    tooltip="Causal transformer weights from models/diffusion_models "
+                    "(ComfyUI, Wan, diffusers or Self-Forcing .pt layout), or the bundled "
+                    "small model that runs on CPU.",
+                ),
+                io.Combo.Input(
+                    "vae",
+                    options=_choices("vae"),
+                    default=rt.BUNDLED,
+                    tooltip="Wan 2.1 VAE from models/vae ('bundled' = the one matching the bundled "
+                    "model). Decodes latents to frames block by block.",
+                ),
+                io.Combo.Input(
+                    "preview_decoder",
+                    options=_choices("preview_decoder"),
+                    default=NONE,
+                    tooltip="Optional tiny decoder (TAEHV) from models/vae_approx for fast live "
+                    "previews; 'none' previews with the full VAE.",
+                ),
+                io.Combo.Input(
+                    "text_encoder",
+                    options=_choices("text_encoder"),
+                    default=rt.BUNDLED,
+                    tooltip="UMT5-XXL text encoder from models/text_encoders; 'bundled' uses the "
+                    "family's default (a small built-in encoder for the bundled model).",
+                ),
+                io.Combo.Input(
+                    "dtype",
+                    options=DTYPES,
+                    default="auto",
+                    tooltip="Compute precision: 'auto' = bf16 on GPUs that support it, else fp32. "
+                    "fp32 is exact and slowest.",
+                ),
+                io.Combo.Input(
+                    "attention",
+                    options=attention_backends(),
+                    default="sdpa",
+                    tooltip="Attention kernel. 'sdpa' (PyTorch) works everywhere; others fall back "
+                    "to sdpa, with a log line, when not installed.",
+                ),
+                io.Combo.Input(
+                    "device",
+                    options=DEVICES,
+                    default="auto",
+                    tooltip="Where the model runs: 'auto' = CUDA when available, else CPU.",
+                ),
                 # Optional and last: a workflow saved before these existed (its API inputs without them, its
                 # UI widgets_values one position short per missing input) still loads, with the defaults.
-                io.Boolean.Input("fp8", default=False, optional=True,
-                                 tooltip="Run the transformer blocks' linear layers as FP8 GEMMs (e4m3, per-channel "
-                                         "scales). Faster on GPUs with compute capability ≥ 8.9 (Ada/Hopper), half "
-                                         "the block weights' memory, small quality cost (see docs/performance.md). "
-                                         "Emulated (slow) elsewhere."),
-                io.Boolean.Input("compile", default=False, optional=True,
-                                 tooltip="torch.compile each transformer block: fuses the elementwise work (~1.3× "
-                                         "faster diffusion on an H200). The first block of the first run compiles "
-                                         "first (a one-off wait); later runs reuse it."),
+                io.Boolean.Input(
+                    "fp8",
+                    default=False,
+                    optional=True,
+                    tooltip="Run the transformer blocks' linear layers as FP8 GEMMs (e4m3, per-channel "
+                    "scales). Faster on GPUs with compute capability ≥ 8.9 (Ada/Hopper), half "
+                    "the block weights' memory, small quality cost (see docs/performance.md). "
+                    "Emulated (slow) elsewhere.",
+                ),
+                io.Boolean.Input(
+                    "compile",
+                    default=False,
+                    optional=True,
+                    tooltip="torch.compile each transformer block: fuses the elementwise work (~1.3× "
+                    "faster diffusion on an H200). The first block of the first run compiles "
+                    "first (a one-off wait); later runs reuse it.",
+                ),
             ],
-            outputs=[types.WorldModel.Output("world_model", tooltip="The loaded world model, for Inferix Block "
-                                                                    "Denoise and Inferix VAE Decode.")],
+            outputs=[
+                types.WorldModel.Output(
+                    "world_model", tooltip="The loaded world model, for Inferix Block Denoise and Inferix VAE Decode."
+                )
+            ],
         )
 
     @classmethod
-    def validate_inputs(cls, model: str | None = None, vae: str | None = None, preview_decoder: str | None = None,
-                        text_encoder: str | None = None, device: str | None = None) -> bool | str:
+    def validate_inputs(
+        cls,
+        model: str | None = None,
+        vae: str | None = None,
+        preview_decoder: str | None = None,
+        text_encoder: str | None = None,
+        device: str | None = None,
+    ) -> bool | str:
         chosen = {"model": model, "vae": vae, "preview_decoder": preview_decoder, "text_encoder": text_encoder}
         for name, value in chosen.items():
             if value is None or value in (rt.BUNDLED, NONE):
@@ -109,17 +154,32 @@ class InferixLoadWorldModel(io.ComfyNode):
         return True
 
     @classmethod
-    def execute(cls, model: str, vae: str, preview_decoder: str, text_encoder: str, dtype: str, attention: str,
-                device: str, fp8: bool = False, compile: bool = False) -> io.NodeOutput:
+    def execute(
+        cls,
+        model: str,
+        vae: str,
+        preview_decoder: str,
+        text_encoder: str,
+        dtype: str,
+        attention: str,
+        device: str,
+        fp8: bool = False,
+        compile: bool = False,
+    ) -> io.NodeOutput:
         # fp8/compile default here too: ComfyUI passes no value for an optional input a workflow lacks.
         # No model cache of our own: ComfyUI re-runs this node whenever any input (these two included) changes.
         from inferix_core.models.registry import load_world_model
 
         world_model = load_world_model(
-            _resolve("model", model), vae_path=_resolve("vae", vae),
+            _resolve("model", model),
+            vae_path=_resolve("vae", vae),
             preview_decoder_path=_resolve("preview_decoder", preview_decoder),
             text_encoder_path=_resolve("text_encoder", text_encoder),
-            dtype=dtype, device=device, attention=attention, fp8=bool(fp8), compile=bool(compile),
+            dtype=dtype,
+            device=device,
+            attention=attention,
+            fp8=bool(fp8),
+            compile=bool(compile),
         )
         summary = world_model.describe()
         log.info("loaded world model: %s", summary.replace("\n", "; "))

@@ -32,8 +32,9 @@ def find_captions(path: str) -> Path:
     return next((r / given for r in roots if (r / given).is_file()), roots[0] / given)
 
 
-def load_schedule(captions_path: str, video_id: str, segment_seconds: float,
-                  until_seconds: float) -> list[tuple[float, str]]:
+def load_schedule(
+    captions_path: str, video_id: str, segment_seconds: float, until_seconds: float
+) -> list[tuple[float, str]]:
     """The chosen video's [(start seconds, caption)], cut to captions starting before `until_seconds` (> 0)."""
     from inferix_core.metrics.lvbench.prompts import load_prompt_schedule
 
@@ -46,8 +47,9 @@ def load_schedule(captions_path: str, video_id: str, segment_seconds: float,
     if not schedule:
         raise ConfigError(f"'{path}' has no captions before {until_seconds:g} s")
     if schedule[0][0] != 0:
-        raise ConfigError(f"the first caption in '{path}' starts at {schedule[0][0]:g} s; a prompt schedule "
-                          "must start at 0")
+        raise ConfigError(
+            f"the first caption in '{path}' starts at {schedule[0][0]:g} s; a prompt schedule must start at 0"
+        )
     times = [t for t, _ in schedule]
     if len(set(times)) != len(times):
         raise ConfigError(f"'{path}' has two captions starting at the same time; start times must differ")
@@ -64,29 +66,55 @@ class InferixLVBenchPrompts(io.ComfyNode):
             display_name="Inferix LV-Bench Prompts",
             category=f"{types.CATEGORY}/conditioning",
             description="Loads an LV-Bench caption file (a caption every few seconds of a source video) and "
-                        "turns one video's captions into a prompt schedule for Inferix Block Denoise, so the "
-                        "long video can be generated from the benchmark's prompts and scored in one graph.",
+            "turns one video's captions into a prompt schedule for Inferix Block Denoise, so the "
+            "long video can be generated from the benchmark's prompts and scored in one graph.",
             inputs=[
-                io.String.Input("captions_path", default=EXAMPLE,
-                                tooltip="The caption JSON: an absolute path, or one relative to ComfyUI's input "
-                                        "folder or to the Inferix pack folder (the bundled example). Accepted "
-                                        "shapes are listed in inferix_core/metrics/lvbench/prompts.py."),
-                io.String.Input("video_id", default="",
-                                tooltip="Which video of the file to use; leave empty when it holds one video."),
-                io.Float.Input("segment_seconds", default=2.5, min=0.5, max=60.0, step=0.5,
-                               tooltip="Seconds per caption for files whose captions carry no times "
-                                       "(LV-Bench captions every 2-3 s)."),
-                io.Float.Input("until_seconds", default=0.0, min=0.0, max=3600.0, step=0.5,
-                               tooltip="Keep only captions that start before this second, to match the length "
-                                       "set in Block Denoise; 0 keeps them all."),
+                io.String.Input(
+                    "captions_path",
+                    default=EXAMPLE,
+                    tooltip="The caption JSON: an absolute path, or one relative to ComfyUI's input "
+                    "folder or to the Inferix pack folder (the bundled example). Accepted "
+                    "shapes are listed in inferix_core/metrics/lvbench/prompts.py.",
+                ),
+                io.String.Input(
+                    "video_id",
+                    default="",
+                    tooltip="Which video of the file to use; leave empty when it holds one video.",
+                ),
+                io.Float.Input(
+                    "segment_seconds",
+                    default=2.5,
+                    min=0.5,
+                    max=60.0,
+                    step=0.5,
+                    tooltip="Seconds per caption for files whose captions carry no times "
+                    "(LV-Bench captions every 2-3 s).",
+                ),
+                io.Float.Input(
+                    "until_seconds",
+                    default=0.0,
+                    min=0.0,
+                    max=3600.0,
+                    step=0.5,
+                    tooltip="Keep only captions that start before this second, to match the length "
+                    "set in Block Denoise; 0 keeps them all.",
+                ),
             ],
-            outputs=[types.PromptSchedule.Output("prompt_schedule",
-                                                 tooltip="For the prompt_schedule input of Inferix Block Denoise.")],
+            outputs=[
+                types.PromptSchedule.Output(
+                    "prompt_schedule", tooltip="For the prompt_schedule input of Inferix Block Denoise."
+                )
+            ],
         )
 
     @classmethod
-    def validate_inputs(cls, captions_path: str | None = None, video_id: str | None = None,
-                        segment_seconds: float | None = None, until_seconds: float | None = None) -> bool | str:
+    def validate_inputs(
+        cls,
+        captions_path: str | None = None,
+        video_id: str | None = None,
+        segment_seconds: float | None = None,
+        until_seconds: float | None = None,
+    ) -> bool | str:
         if captions_path is None:  # linked, checked when it runs
             return True
         path = find_captions(captions_path)

@@ -30,7 +30,7 @@ class InferixProfileReport(io.ComfyNode):
             display_name="Inferix Profile Report",
             category=f"{types.CATEGORY}/analysis",
             description="Where the time went: denoise, context pass and decode per block, throughput in frames "
-                        "per second, and peak KV-cache memory.",
+            "per second, and peak KV-cache memory.",
             is_output_node=True,
             inputs=[types.Video.Input("video", tooltip="The result of Inferix Block Denoise.")],
             outputs=[io.String.Output("report", tooltip="The profile as plain text.")],
@@ -57,18 +57,27 @@ class InferixLVBenchScore(io.ComfyNode):
             display_name="Inferix LV-Bench Score",
             category=f"{types.CATEGORY}/analysis",
             description="Scores a long video as LV-Bench does: VBench-style clarity, motion, aesthetic, "
-                        "background and subject scores over equal chunks and their drift (VDE). Metrics whose "
-                        "networks are not in models/inferix_metrics use labelled weight-free proxies.",
+            "background and subject scores over equal chunks and their drift (VDE). Metrics whose "
+            "networks are not in models/inferix_metrics use labelled weight-free proxies.",
             is_output_node=True,
             inputs=[
                 types.Video.Input("video", optional=True, tooltip="The result of Inferix Block Denoise."),
                 io.Image.Input("images", optional=True, tooltip="Or any IMAGE batch (one image per frame)."),
-                io.Combo.Input("metrics", options=list(METRIC_SETS), default=next(iter(METRIC_SETS)),
-                               tooltip="Which metrics to compute; dynamic degree needs RAFT weights or uses "
-                                       "its proxy."),
-                io.Int.Input("chunks", default=10, min=2, max=100, step=1,
-                             tooltip="Equal chunks the video is split into for drift (LV-Bench uses 10); "
-                                     "needs at least this many frames."),
+                io.Combo.Input(
+                    "metrics",
+                    options=list(METRIC_SETS),
+                    default=next(iter(METRIC_SETS)),
+                    tooltip="Which metrics to compute; dynamic degree needs RAFT weights or uses its proxy.",
+                ),
+                io.Int.Input(
+                    "chunks",
+                    default=10,
+                    min=2,
+                    max=100,
+                    step=1,
+                    tooltip="Equal chunks the video is split into for drift (LV-Bench uses 10); "
+                    "needs at least this many frames.",
+                ),
             ],
             outputs=[
                 io.String.Output("scores_json", tooltip="All scores as JSON (per chunk, whole video, VDE)."),

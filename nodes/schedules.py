@@ -26,12 +26,16 @@ def parse_schedule(text: str, what: str) -> list[tuple[float, str]]:
             continue
         match = LINE.match(line)
         if match is None:
-            raise ConfigError(f"{what} line {number} '{line.strip()}' is not '<seconds> | <{what}>' "
-                              f"(e.g. '0 | a red car' or '00:05 | a blue car')")
+            raise ConfigError(
+                f"{what} line {number} '{line.strip()}' is not '<seconds> | <{what}>' "
+                f"(e.g. '0 | a red car' or '00:05 | a blue car')"
+            )
         start = parse_timestamp(match.group(1))
         if schedule and start <= schedule[-1][0]:
-            raise ConfigError(f"{what} line {number} starts at {start:g} s, not after the previous line "
-                              f"({schedule[-1][0]:g} s); list lines in time order")
+            raise ConfigError(
+                f"{what} line {number} starts at {start:g} s, not after the previous line "
+                f"({schedule[-1][0]:g} s); list lines in time order"
+            )
         schedule.append((start, match.group(2)))
     if not schedule:
         raise ConfigError(f"the {what} schedule is empty; write one '<seconds> | <{what}>' line at least")
@@ -60,16 +64,21 @@ class InferixPromptSchedule(io.ComfyNode):
             display_name="Inferix Prompt Schedule",
             category=f"{types.CATEGORY}/conditioning",
             description="One prompt per line, each with the second it starts at. The prompt switches at the "
-                        "nearest block boundary; the KV cache keeps the scene continuous.",
+            "nearest block boundary; the KV cache keeps the scene continuous.",
             inputs=[
-                io.String.Input("schedule", multiline=True,
-                                default="0 | a car drives along a coastal road at sunset\n"
-                                        "5 | the road climbs into snowy mountains",
-                                tooltip="Lines '<start seconds> | <prompt>' (or MM:SS), in time order, the first "
-                                        "at 0. Lines starting with # are ignored."),
+                io.String.Input(
+                    "schedule",
+                    multiline=True,
+                    default="0 | a car drives along a coastal road at sunset\n5 | the road climbs into snowy mountains",
+                    tooltip="Lines '<start seconds> | <prompt>' (or MM:SS), in time order, the first "
+                    "at 0. Lines starting with # are ignored.",
+                ),
             ],
-            outputs=[types.PromptSchedule.Output("prompt_schedule",
-                                                 tooltip="For the prompt_schedule input of Inferix Block Denoise.")],
+            outputs=[
+                types.PromptSchedule.Output(
+                    "prompt_schedule", tooltip="For the prompt_schedule input of Inferix Block Denoise."
+                )
+            ],
         )
 
     @classmethod
@@ -93,18 +102,25 @@ class InferixActionSchedule(io.ComfyNode):
             display_name="Inferix Action Schedule",
             category=f"{types.CATEGORY}/conditioning",
             description="One action per line, each with the second it starts at; it holds until the next line "
-                        "and switches at the nearest block boundary. "
-                        "Action names come from the model family (the bundled driving model: none, "
-                        "steer_left, steer_right, accelerate, brake).",
+            "and switches at the nearest block boundary. "
+            "Action names come from the model family (the bundled driving model: none, "
+            "steer_left, steer_right, accelerate, brake).",
             inputs=[
-                io.String.Input("schedule", multiline=True,
-                                default="0 | accelerate\n2 | steer_left\n3.5 | accelerate\n5 | brake",
-                                tooltip="Lines '<start seconds> | <action>' in time order, the first at 0. "
-                                        "Unknown action names fail when the model reads them."),
+                io.String.Input(
+                    "schedule",
+                    multiline=True,
+                    default="0 | accelerate\n2 | steer_left\n3.5 | accelerate\n5 | brake",
+                    tooltip="Lines '<start seconds> | <action>' in time order, the first at 0. "
+                    "Unknown action names fail when the model reads them.",
+                ),
             ],
-            outputs=[types.ActionSchedule.Output("action_schedule",
-                                                 tooltip="Actions over time for the action_schedule input of "
-                                                         "Inferix Block Denoise; they switch at block boundaries.")],
+            outputs=[
+                types.ActionSchedule.Output(
+                    "action_schedule",
+                    tooltip="Actions over time for the action_schedule input of "
+                    "Inferix Block Denoise; they switch at block boundaries.",
+                )
+            ],
         )
 
     @classmethod

@@ -28,7 +28,7 @@ def block_chunks(frames: Any, block_sizes: list[int] | None) -> list[Any]:
         return [frames]
     chunks, start = [], 0
     for size in block_sizes:
-        chunks.append(frames[start:start + size])
+        chunks.append(frames[start : start + size])
         start += size
     return chunks
 
@@ -51,29 +51,53 @@ class InferixStreamOut(io.ComfyNode):
             display_name="Inferix Stream Out",
             category=f"{types.CATEGORY}/output",
             description="Plays the video here and lists it as an output. With Inferix Stream Settings on Block "
-                        "Denoise the mp4 was already written block by block while generating, and is shown as "
-                        "is; otherwise this node saves it (fragmented mp4, never overwriting). While Block "
-                        "Denoise runs, this node also shows its live block previews.",
+            "Denoise the mp4 was already written block by block while generating, and is shown as "
+            "is; otherwise this node saves it (fragmented mp4, never overwriting). While Block "
+            "Denoise runs, this node also shows its live block previews.",
             is_output_node=True,
             inputs=[
-                types.Video.Input("video", optional=True,
-                                  tooltip="The result of Inferix Block Denoise (carries its fps, blocks and the "
-                                          "streamed file)."),
-                io.Image.Input("images", optional=True,
-                               tooltip="Or any IMAGE batch, one image per frame (used when video is not "
-                                       "connected); always encoded here."),
-                io.Float.Input("fps", default=16.0, min=1.0, max=120.0, step=1.0,
-                               tooltip="Frame rate for an IMAGE batch; a connected video keeps its own fps."),
-                io.String.Input("filename_prefix", default="inferix/video",
-                                tooltip="File name prefix under the output folder when this node encodes; a "
-                                        "number is appended (video_00001.mp4). Ignored for a streamed video "
-                                        "(its name comes from Stream Settings)."),
-                io.Combo.Input("save_frames", options=FRAME_FORMATS, default="none",
-                               tooltip="When this node encodes: also save every frame as PNG (lossless) or "
-                                       "WebP into a folder named after the video."),
-                io.Int.Input("crf", default=18, min=0, max=51, step=1,
-                             tooltip="When this node encodes, H.264 quality: 0 lossless, 18 visually "
-                                     "near-lossless, 28 small files."),
+                types.Video.Input(
+                    "video",
+                    optional=True,
+                    tooltip="The result of Inferix Block Denoise (carries its fps, blocks and the streamed file).",
+                ),
+                io.Image.Input(
+                    "images",
+                    optional=True,
+                    tooltip="Or any IMAGE batch, one image per frame (used when video is not "
+                    "connected); always encoded here.",
+                ),
+                io.Float.Input(
+                    "fps",
+                    default=16.0,
+                    min=1.0,
+                    max=120.0,
+                    step=1.0,
+                    tooltip="Frame rate for an IMAGE batch; a connected video keeps its own fps.",
+                ),
+                io.String.Input(
+                    "filename_prefix",
+                    default="inferix/video",
+                    tooltip="File name prefix under the output folder when this node encodes; a "
+                    "number is appended (video_00001.mp4). Ignored for a streamed video "
+                    "(its name comes from Stream Settings).",
+                ),
+                io.Combo.Input(
+                    "save_frames",
+                    options=FRAME_FORMATS,
+                    default="none",
+                    tooltip="When this node encodes: also save every frame as PNG (lossless) or "
+                    "WebP into a folder named after the video.",
+                ),
+                io.Int.Input(
+                    "crf",
+                    default=18,
+                    min=0,
+                    max=51,
+                    step=1,
+                    tooltip="When this node encodes, H.264 quality: 0 lossless, 18 visually "
+                    "near-lossless, 28 small files.",
+                ),
             ],
             outputs=[],
         )
@@ -83,8 +107,9 @@ class InferixStreamOut(io.ComfyNode):
         return check_prefix(filename_prefix)
 
     @classmethod
-    def execute(cls, fps: float, filename_prefix: str, save_frames: str, crf: int, video: Any = None,
-                images: Any = None) -> io.NodeOutput:
+    def execute(
+        cls, fps: float, filename_prefix: str, save_frames: str, crf: int, video: Any = None, images: Any = None
+    ) -> io.NodeOutput:
         from inferix_core.api import open_video_sinks
         from inferix_core.sinks import MultiSink
 

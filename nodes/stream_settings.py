@@ -51,8 +51,10 @@ def split_prefix(filename_prefix: str) -> tuple[Path, str]:
     root = rt.output_dir().resolve()
     target = (root / filename_prefix).resolve()
     if root != target and root not in target.parents:
-        raise ConfigError(f"filename_prefix '{filename_prefix}' points outside the output folder {root}; "
-                          "use a relative prefix such as 'inferix/video'")
+        raise ConfigError(
+            f"filename_prefix '{filename_prefix}' points outside the output folder {root}; "
+            "use a relative prefix such as 'inferix/video'"
+        )
     return target.parent, target.name
 
 
@@ -88,24 +90,41 @@ class InferixStreamSettings(io.ComfyNode):
             display_name="Inferix Stream Settings",
             category=f"{types.CATEGORY}/output",
             description="Connect to Block Denoise's 'stream' input: it then writes the video to the output folder "
-                        "block by block while generating (a fragmented mp4, flushed per block), so a stopped run "
-                        "keeps a playable file of the frames so far. Stream Out shows that file.",
+            "block by block while generating (a fragmented mp4, flushed per block), so a stopped run "
+            "keeps a playable file of the frames so far. Stream Out shows that file.",
             inputs=[
-                io.String.Input("filename_prefix", default="inferix/video",
-                                tooltip="File name prefix under the output folder; a number is appended "
-                                        "(video_00001.mp4). Subfolders are allowed. Existing files are never "
-                                        "overwritten."),
-                io.Float.Input("fps", default=0.0, min=0.0, max=120.0, step=1.0,
-                               tooltip="Playback frame rate in frames per second; 0 = the model's own rate "
-                                       "(16 for Wan-based models)."),
-                io.Int.Input("crf", default=18, min=0, max=51, step=1,
-                             tooltip="H.264 quality: 0 lossless, 18 visually near-lossless, 28 small files."),
-                io.Combo.Input("save_frames", options=FRAME_FORMATS, default="none",
-                               tooltip="Also save every frame as PNG (lossless) or WebP into a folder named "
-                                       "after the video."),
+                io.String.Input(
+                    "filename_prefix",
+                    default="inferix/video",
+                    tooltip="File name prefix under the output folder; a number is appended "
+                    "(video_00001.mp4). Subfolders are allowed. Existing files are never "
+                    "overwritten.",
+                ),
+                io.Float.Input(
+                    "fps",
+                    default=0.0,
+                    min=0.0,
+                    max=120.0,
+                    step=1.0,
+                    tooltip="Playback frame rate in frames per second; 0 = the model's own rate "
+                    "(16 for Wan-based models).",
+                ),
+                io.Int.Input(
+                    "crf",
+                    default=18,
+                    min=0,
+                    max=51,
+                    step=1,
+                    tooltip="H.264 quality: 0 lossless, 18 visually near-lossless, 28 small files.",
+                ),
+                io.Combo.Input(
+                    "save_frames",
+                    options=FRAME_FORMATS,
+                    default="none",
+                    tooltip="Also save every frame as PNG (lossless) or WebP into a folder named after the video.",
+                ),
             ],
-            outputs=[types.StreamSettings.Output("stream", tooltip="For the 'stream' input of Inferix Block "
-                                                                   "Denoise.")],
+            outputs=[types.StreamSettings.Output("stream", tooltip="For the 'stream' input of Inferix Block Denoise.")],
         )
 
     @classmethod

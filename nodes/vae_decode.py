@@ -38,8 +38,10 @@ def pick_decoders(world_model: Any, core_vae: Any) -> Any:
 
     if core_vae is None:
         if world_model is None:
-            raise ConfigError("Inferix VAE Decode needs a VAE: connect a world model (Inferix Load World Model) "
-                              "or a core VAE (Load VAE with a Wan 2.1 VAE)")
+            raise ConfigError(
+                "Inferix VAE Decode needs a VAE: connect a world model (Inferix Load World Model) "
+                "or a core VAE (Load VAE with a Wan 2.1 VAE)"
+            )
         return world_model
     device = world_model.device if world_model is not None else ("cuda" if _cuda() else "cpu")
     vae = wan_vae_from_core(core_vae, device=device)
@@ -64,22 +66,38 @@ class InferixVAEDecode(io.ComfyNode):
             display_name="Inferix VAE Decode (streaming)",
             category=f"{types.CATEGORY}/latent",
             description="Decodes latents block by block with the world model's VAE, keeping memory flat for "
-                        "long videos. The result equals a full decode.",
+            "long videos. The result equals a full decode.",
             inputs=[
-                io.Latent.Input("latent", tooltip="Video latents, samples [B, C, F, h, w]: Inferix Block Denoise, or "
-                                                  "any core LATENT of Wan 2.1 latents (e.g. SamplerCustomAdvanced "
-                                                  "with Sampler AR Video)."),
-                io.Int.Input("block_frames", default=3, min=1, max=64, step=1,
-                             tooltip="Latent frames decoded per call; only memory and progress granularity "
-                                     "change, not the result."),
-                io.Boolean.Input("use_preview_decoder", default=False,
-                                 tooltip="Decode with the fast preview decoder (TAEHV) when the model has one: "
-                                         "much faster, lower quality."),
-                types.WorldModel.Input("world_model", optional=True,
-                                       tooltip="Supplies the VAE (and the preview decoder)."),
-                io.Vae.Input("vae", optional=True,
-                             tooltip="A core VAE (Load VAE, Wan 2.1 VAE) to decode with instead of the world "
-                                     "model's; its weights are copied into the streaming decoder."),
+                io.Latent.Input(
+                    "latent",
+                    tooltip="Video latents, samples [B, C, F, h, w]: Inferix Block Denoise, or "
+                    "any core LATENT of Wan 2.1 latents (e.g. SamplerCustomAdvanced "
+                    "with Sampler AR Video).",
+                ),
+                io.Int.Input(
+                    "block_frames",
+                    default=3,
+                    min=1,
+                    max=64,
+                    step=1,
+                    tooltip="Latent frames decoded per call; only memory and progress granularity "
+                    "change, not the result.",
+                ),
+                io.Boolean.Input(
+                    "use_preview_decoder",
+                    default=False,
+                    tooltip="Decode with the fast preview decoder (TAEHV) when the model has one: "
+                    "much faster, lower quality.",
+                ),
+                types.WorldModel.Input(
+                    "world_model", optional=True, tooltip="Supplies the VAE (and the preview decoder)."
+                ),
+                io.Vae.Input(
+                    "vae",
+                    optional=True,
+                    tooltip="A core VAE (Load VAE, Wan 2.1 VAE) to decode with instead of the world "
+                    "model's; its weights are copied into the streaming decoder.",
+                ),
             ],
             outputs=[io.Image.Output("frames", tooltip="Decoded frames, one IMAGE per video frame.")],
             hidden=[io.Hidden.unique_id],
@@ -92,20 +110,28 @@ class InferixVAEDecode(io.ComfyNode):
         return True
 
     @classmethod
-    def execute(cls, latent: dict, block_frames: int, use_preview_decoder: bool, world_model: Any = None,
-                vae: Any = None) -> io.NodeOutput:
+    def execute(
+        cls, latent: dict, block_frames: int, use_preview_decoder: bool, world_model: Any = None, vae: Any = None
+    ) -> io.NodeOutput:
         from inferix_core.api import decode_video
 
         decoders = pick_decoders(world_model, vae)
         samples = latent["samples"]  # [B, C, F, h, w], VAE space (core LATENT)
         if samples.ndim != 5:
-            raise ConfigError(f"Inferix VAE Decode takes video latents [B, C, F, h, w], got {list(samples.shape)} "
-                              "(an image LATENT? use the core VAE Decode)")
+            raise ConfigError(
+                f"Inferix VAE Decode takes video latents [B, C, F, h, w], got {list(samples.shape)} "
+                "(an image LATENT? use the core VAE Decode)"
+            )
         normalised = from_core_latent(decoders.vae, samples)
         hooks = rt.BlockHooks(cls.hidden.unique_id, -(-samples.shape[2] // block_frames))
         try:
-            frames = decode_video(decoders, normalised.permute(0, 2, 1, 3, 4), hooks, block_frames=block_frames,
-                                  decoder="preview" if use_preview_decoder else "vae")  # uint8 [T, H, W, 3]
+            frames = decode_video(
+                decoders,
+                normalised.permute(0, 2, 1, 3, 4),
+                hooks,
+                block_frames=block_frames,
+                decoder="preview" if use_preview_decoder else "vae",
+            )  # uint8 [T, H, W, 3]
         finally:
             hooks.close()
         return io.NodeOutput(frames_to_image(frames))

@@ -23,13 +23,23 @@ from tests.fixture_utils import FIXTURES, read_fixture
 
 def tiny_world(action_names=()) -> WorldModel:
     torch.manual_seed(0)
-    cfg = WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=8, text_len=4, num_heads=2, num_layers=2,
-                    action_dim=len(action_names))
+    cfg = WanConfig(
+        dim=32, ffn_dim=64, freq_dim=16, text_dim=8, text_len=4, num_heads=2, num_layers=2, action_dim=len(action_names)
+    )
     tr = CausalWanTransformer(cfg).eval()
     _, t = read_fixture(FIXTURES / "wan_vae_tiny.safetensors")
     vae = WanVAE.from_state_dict({k[8:]: v for k, v in t.items() if k.startswith("weights.")}).eval()
-    return WorldModel("bundled", cfg, SamplingConfig(block_frames=2), KVCacheConfig(), tr, vae,
-                      default_context=torch.randn(1, 4, 8), action_names=tuple(action_names), fps=16)
+    return WorldModel(
+        "bundled",
+        cfg,
+        SamplingConfig(block_frames=2),
+        KVCacheConfig(),
+        tr,
+        vae,
+        default_context=torch.randn(1, 4, 8),
+        action_names=tuple(action_names),
+        fps=16,
+    )
 
 
 def test_streamed_frames_equal_full_decode_and_reach_the_sink(tmp_path):
@@ -109,8 +119,9 @@ def test_decode_video_streams_and_hooks_see_kv_memory(tmp_path):
             self.timings.append(timings)
 
     wm, rec = tiny_world(), Recorder()
-    res = generate_video(wm, "", num_blocks=2, width=48, height=32, seed=4, hooks=rec,
-                         sinks=[Mp4Sink(tmp_path / "v.mp4", fps=16)])
+    res = generate_video(
+        wm, "", num_blocks=2, width=48, height=32, seed=4, hooks=rec, sinks=[Mp4Sink(tmp_path / "v.mp4", fps=16)]
+    )
     assert res.files == (str(tmp_path / "v.mp4"),)
     assert all(t["kv_gpu_bytes"] > 0 and t["kv_host_bytes"] == 0 for t in rec.timings)
     assert rec.timings[1]["kv_gpu_bytes"] >= rec.timings[0]["kv_gpu_bytes"]

@@ -9,8 +9,27 @@ from inferix_core.cli import main
 
 def test_bench_tiny_cpu(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--latent-frames", "6",
-               "--warmup", "0", "--repeats", "1", "--vae-decode", "--overlap-decode", "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--latent-frames",
+            "6",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--vae-decode",
+            "--overlap-decode",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads(out.read_text())
     assert result["pixel_frames"] == 21 and result["fps"] > 0

@@ -80,8 +80,17 @@ def test_play_over_http_actions_mjpeg_stop_and_a_playable_mp4(tmp_path):
     views, results = [], []
 
     def serve():
-        results.append(play(world, width=W, height=H, seed=4, port=0, output=tmp_path / "play.mp4",
-                            on_ready=lambda view: (views.append(view), ready.set())))
+        results.append(
+            play(
+                world,
+                width=W,
+                height=H,
+                seed=4,
+                port=0,
+                output=tmp_path / "play.mp4",
+                on_ready=lambda view: (views.append(view), ready.set()),
+            )
+        )
 
     thread = threading.Thread(target=serve)
     thread.start()
@@ -168,8 +177,9 @@ def test_speed_flags_reach_load_world_model(monkeypatch, capsys):
     play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled"]))
     play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--fp8", "--compile"]))
     assert [(kw["fp8"], kw["compile"]) for kw in loaded] == [(False, False), (True, True)]
-    monkeypatch.setattr("inferix_core.commands.info.load_world_model",
-                        lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING))
+    monkeypatch.setattr(
+        "inferix_core.commands.info.load_world_model", lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING)
+    )
     assert cli.main(["info", "tiny.safetensors", "--fp8"]) == 0 and loaded[-1]["fp8"] is True
     capsys.readouterr()
 

@@ -78,9 +78,15 @@ def test_hard_switch_session_equals_pipeline_with_schedule_and_actions(world, pr
             outs.append(session.step().latents)
     assert session.action_log == per_block
     pipe = BlockDiffusionPipeline(world.transformer, world.sampling, WINDOW)
-    req = GenerationRequest(num_blocks=5, latent_height=4, latent_width=6, context=prompts["start"],
-                            noise=SeededNoise(3), actions=actions_to_tensor(world, per_block, 10),
-                            prompt_schedule=[(3, prompts["beach"])])
+    req = GenerationRequest(
+        num_blocks=5,
+        latent_height=4,
+        latent_width=6,
+        context=prompts["start"],
+        noise=SeededNoise(3),
+        actions=actions_to_tensor(world, per_block, 10),
+        prompt_schedule=[(3, prompts["beach"])],
+    )
     assert torch.equal(torch.cat(outs, dim=1), pipe.generate(req))
 
 
@@ -141,9 +147,9 @@ def test_recache_under_the_same_prompt_reproduces_the_cache(world, prompts):
     windowed = make(world, prompts, cache=WINDOW)
     for _ in range(4):
         windowed.step()
-    sink_before = windowed.state.cache.logical_kv(1)[0][:, :2 * windowed.state.cache.spec.frame_tokens].clone()
+    sink_before = windowed.state.cache.logical_kv(1)[0][:, : 2 * windowed.state.cache.spec.frame_tokens].clone()
     windowed.recache()
-    sink_after = windowed.state.cache.logical_kv(1)[0][:, :2 * windowed.state.cache.spec.frame_tokens]
+    sink_after = windowed.state.cache.logical_kv(1)[0][:, : 2 * windowed.state.cache.spec.frame_tokens]
     torch.testing.assert_close(sink_after, sink_before, atol=1e-6, rtol=0)
 
 
@@ -232,8 +238,9 @@ def test_generate_video_profiler_fps_matches_an_independent_clock(world):
 
     clock, profiler = Clock(), Profiler("cpu")
     t0 = time.perf_counter()
-    res = generate_video(world, "", num_blocks=3, width=48, height=32, seed=1, sinks=[clock], profiler=profiler,
-                         actions=["left"] * 3)
+    res = generate_video(
+        world, "", num_blocks=3, width=48, height=32, seed=1, sinks=[clock], profiler=profiler, actions=["left"] * 3
+    )
     report = res.profile
     assert report["num_frames"] == clock.frames == res.frames.shape[0]
     # the test's clock starts before the profiler's and stops (last sink write) just before the block closes

@@ -65,7 +65,9 @@ class RenderJob:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.spec = spec
         self.path = self.dir / "frames.u8"
-        self.actions = np.stack([episode_actions(spec.seed, i, spec.num_latent_frames) for i in range(spec.num_episodes)])
+        self.actions = np.stack(
+            [episode_actions(spec.seed, i, spec.num_latent_frames) for i in range(spec.num_episodes)]
+        )
         meta = self.dir / "spec.json"
         self._done_flag = self.dir / "complete"
         if self._done_flag.exists() and meta.exists() and json.loads(meta.read_text()) == spec.__dict__:
@@ -74,8 +76,10 @@ class RenderJob:
             return
         meta.write_text(json.dumps(spec.__dict__))
         np.memmap(self.path, dtype=np.uint8, mode="w+", shape=spec.frame_shape).flush()
-        chunks = [(str(self.path), spec.__dict__, a, min(a + chunk, spec.num_episodes))
-                  for a in range(0, spec.num_episodes, chunk)]
+        chunks = [
+            (str(self.path), spec.__dict__, a, min(a + chunk, spec.num_episodes))
+            for a in range(0, spec.num_episodes, chunk)
+        ]
         workers = workers or max(1, (os.cpu_count() or 2) - 1)
         self._pool = mp.get_context("fork").Pool(workers)
         self._results = [self._pool.apply_async(_render_chunk, (c,)) for c in chunks]
@@ -101,8 +105,9 @@ class RenderJob:
             self._done_flag.write_text("ok")
 
 
-def render_eval_episode(index: int, num_latent_frames: int, height: int = 64, width: int = 64,
-                        seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def render_eval_episode(
+    index: int, num_latent_frames: int, height: int = 64, width: int = 64, seed: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """A held-out episode (seed 1 by default): (frames uint8 [T, H, W, 3], latent actions [F])."""
     lat = episode_actions(seed, index, num_latent_frames)
     return render_episode(episode_seed(seed, index), latent_to_pixel_actions(lat), height, width), lat

@@ -25,8 +25,9 @@ def to_video(frames: np.ndarray, device: torch.device) -> torch.Tensor:
     return x.permute(0, 4, 1, 2, 3).float().div(127.5).sub(1.0)
 
 
-def sample_clips(frames: np.ndarray, episodes: np.ndarray, batch: int, clip_frames: int,
-                 rng: np.random.Generator) -> np.ndarray:
+def sample_clips(
+    frames: np.ndarray, episodes: np.ndarray, batch: int, clip_frames: int, rng: np.random.Generator
+) -> np.ndarray:
     idx = rng.choice(episodes, size=batch)
     starts = rng.integers(0, frames.shape[1] - clip_frames + 1, size=batch)
     return np.stack([frames[i, s : s + clip_frames] for i, s in zip(idx, starts)])
@@ -51,7 +52,7 @@ def train_ae(
     step = ckpt.restore(model, opt)
     rng = np.random.default_rng(step)
     t0, last_log = time.time(), time.time()
-    loss = torch.tensor(float('nan'))
+    loss = torch.tensor(float("nan"))
     amp = device.type == "cuda" if amp is None else amp  # bf16 autocast
     while step < max_steps and time.time() - t0 < time_budget_s:
         frames, ready = frames_fn()
@@ -78,8 +79,10 @@ def train_ae(
         step += 1
         if time.time() - last_log > 10 or step == max_steps:
             psnr = 10 * np.log10(4.0 / max(mse.item(), 1e-10))
-            log(f"ae step {step} loss {loss.item():.4f} l1 {l1.item():.4f} psnr {psnr:.2f} dB "
-                f"({len(ready)} episodes ready, {time.time() - t0:.0f}s)")
+            log(
+                f"ae step {step} loss {loss.item():.4f} l1 {l1.item():.4f} psnr {psnr:.2f} dB "
+                f"({len(ready)} episodes ready, {time.time() - t0:.0f}s)"
+            )
             last_log = time.time()
         if ckpt.due(step):
             ckpt.save(model, opt, step)
@@ -90,8 +93,9 @@ def train_ae(
 
 
 @torch.no_grad()
-def latent_stats(model: TinyCausalAE, frames: np.ndarray, episodes: np.ndarray, device: torch.device,
-                 batch: int = 16) -> tuple[list[float], list[float]]:
+def latent_stats(
+    model: TinyCausalAE, frames: np.ndarray, episodes: np.ndarray, device: torch.device, batch: int = 16
+) -> tuple[list[float], list[float]]:
     """Per-channel mean/std of the raw latents over `episodes`."""
     zs = []
     for a in range(0, len(episodes), batch):

@@ -29,17 +29,39 @@ from .data import DatasetSpec, RenderJob
 from .train_ae import encode_dataset, latent_stats, train_ae
 from .train_world import train_world
 
-SAMPLING = {"denoising_steps": [1000, 750, 500, 250], "warp_denoising_steps": True, "shift": 5.0,
-            "num_train_timesteps": 1000, "block_frames": 3, "context_noise": 0}
+SAMPLING = {
+    "denoising_steps": [1000, 750, 500, 250],
+    "warp_denoising_steps": True,
+    "shift": 5.0,
+    "num_train_timesteps": 1000,
+    "block_frames": 3,
+    "context_noise": 0,
+}
 CACHE = {"window_frames": 12, "sink_frames": 0}
 
 
 def wan_config(smoke: bool) -> WanConfig:
     if smoke:
-        return WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=8, text_len=2, num_heads=2, num_layers=1,
-                         action_dim=len(ACTION_NAMES))
-    return WanConfig(dim=256, ffn_dim=768, freq_dim=128, text_dim=32, text_len=4, num_heads=4, num_layers=8,
-                     action_dim=len(ACTION_NAMES))
+        return WanConfig(
+            dim=32,
+            ffn_dim=64,
+            freq_dim=16,
+            text_dim=8,
+            text_len=2,
+            num_heads=2,
+            num_layers=1,
+            action_dim=len(ACTION_NAMES),
+        )
+    return WanConfig(
+        dim=256,
+        ffn_dim=768,
+        freq_dim=128,
+        text_dim=32,
+        text_len=4,
+        num_heads=4,
+        num_layers=8,
+        action_dim=len(ACTION_NAMES),
+    )
 
 
 def export(out: Path, world, ae: TinyCausalAE, wcfg: WanConfig, info: dict) -> None:
@@ -106,9 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     log(f"device {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}), args {vars(args)}")
     # 2. autoencoder
     ae_cfg = TinyAEConfig(latent_channels=32, num_res_blocks=1, pixel_channels=(8, 8)) if args.smoke else TinyAEConfig()
-    ae = train_ae(lambda: (job.frames(), job.ready_episodes()), ae_cfg, device,
-                  Checkpointer(args.work / "ae.pt", args.ckpt_every, args.resume),
-                  args.ae_steps, args.ae_time, batch=8 if args.smoke else 64, log=log)
+    ae = train_ae(
+        lambda: (job.frames(), job.ready_episodes()),
+        ae_cfg,
+        device,
+        Checkpointer(args.work / "ae.pt", args.ckpt_every, args.resume),
+        args.ae_steps,
+        args.ae_time,
+        batch=8 if args.smoke else 64,
+        log=log,
+    )
     job.wait()
     log(f"rendering done ({spec.num_episodes} episodes x {spec.num_frames} frames)")
     frames = job.frames()
@@ -124,15 +153,28 @@ def main(argv: list[str] | None = None) -> None:
     log(f"encoded latents {tuple(latents.shape)}; mean {latents.float().mean():.3f} std {latents.float().std():.3f}")
     # 4. world model
     wcfg = wan_config(args.smoke)
-    world = train_world(latents, actions, wcfg, device,
-                        Checkpointer(args.work / "world.pt", args.ckpt_every, args.resume),
-                        args.world_steps, args.world_time, batch=args.batch,
-                        window_frames=CACHE["window_frames"], log=log)
+    world = train_world(
+        latents,
+        actions,
+        wcfg,
+        device,
+        Checkpointer(args.work / "world.pt", args.ckpt_every, args.resume),
+        args.world_steps,
+        args.world_time,
+        batch=args.batch,
+        window_frames=CACHE["window_frames"],
+        log=log,
+    )
     # 5. export
-    info = {"command": "python -m training.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv), "device": str(device),
-            "episodes": spec.num_episodes, "episode_latent_frames": spec.num_latent_frames,
-            "world_steps": world.steps, "world_final_loss_ema": world.final_loss,
-            "total_seconds": round(time.time() - t_start, 1)}
+    info = {
+        "command": "python -m training.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv),
+        "device": str(device),
+        "episodes": spec.num_episodes,
+        "episode_latent_frames": spec.num_latent_frames,
+        "world_steps": world.steps,
+        "world_final_loss_ema": world.final_loss,
+        "total_seconds": round(time.time() - t_start, 1),
+    }
     export(args.out, world.cpu().float(), ae.cpu().float(), wcfg, info)
     log(f"exported to {args.out}: {info}")
 

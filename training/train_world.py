@@ -37,8 +37,9 @@ class WorldModel(nn.Module):
         nn.init.zeros_(self.transformer.head.head.bias)
 
 
-def teacher_forcing_mask(num_frames: int, frame_tokens: int, block_frames: int, window_frames: int,
-                         device: torch.device | None = None) -> torch.Tensor:
+def teacher_forcing_mask(
+    num_frames: int, frame_tokens: int, block_frames: int, window_frames: int, device: torch.device | None = None
+) -> torch.Tensor:
     """(2L, 2L) boolean mask over [clean frames ‖ noisy frames], L = num_frames·frame_tokens.
 
     With k = the key's frame and q the query's frame, b(·) the block index, start(b) = b·block_frames
@@ -130,8 +131,10 @@ def train_world(
         step += 1
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if time.time() - last_log > 10 or step == max_steps:
-            log(f"world step {step} loss {loss.item():.4f} (ema {ema:.4f}) lr {opt.param_groups[0]['lr']:.2e} "
-                f"({time.time() - t0:.0f}s)")
+            log(
+                f"world step {step} loss {loss.item():.4f} (ema {ema:.4f}) lr {opt.param_groups[0]['lr']:.2e} "
+                f"({time.time() - t0:.0f}s)"
+            )
             last_log = time.time()
         if ckpt.due(step):
             ckpt.save(model, opt, step, ema=ema)

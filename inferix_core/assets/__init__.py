@@ -69,8 +69,9 @@ def bundled_model_paths(directory: str | Path | None = None) -> dict[str, Path]:
     return paths
 
 
-def load_bundled(directory: str | Path | None = None, device: str | torch.device = "cpu",
-                 random_transformer: bool = False) -> BundledWorldModel:
+def load_bundled(
+    directory: str | Path | None = None, device: str | torch.device = "cpu", random_transformer: bool = False
+) -> BundledWorldModel:
     """Build the bundled model in float32 on `device`.
 
     Args:
@@ -95,8 +96,11 @@ def load_bundled(directory: str | Path | None = None, device: str | torch.device
     else:
         transformer.load_state_dict(sd)
     vae = TinyCausalAE.from_file(paths["vae"], TinyAEConfig.from_dict(config["vae"]["config"]))
-    logger.info("loaded the bundled world model from %s (%s)", paths["config"].parent,
-                "random transformer" if random_transformer else "trained")
+    logger.info(
+        "loaded the bundled world model from %s (%s)",
+        paths["config"].parent,
+        "random transformer" if random_transformer else "trained",
+    )
     return BundledWorldModel(transformer.to(device).eval(), vae.to(device).eval(), context.to(device), config)
 
 

@@ -260,10 +260,14 @@ class OffloadStore(DenseStore):
         self.ordinal = {layer: j for j, layer in enumerate(self.layout.offloaded)}
         self.m, self.d = self.layout.num_offloaded, self.layout.num_staging
         host = torch.device("cpu")
-        self.k = [self._alloc(num_frame_slots, host if i in self.ordinal else None, self.cuda and i in self.ordinal)
-                  for i in range(spec.num_layers)]
-        self.v = [self._alloc(num_frame_slots, host if i in self.ordinal else None, self.cuda and i in self.ordinal)
-                  for i in range(spec.num_layers)]
+        self.k = [
+            self._alloc(num_frame_slots, host if i in self.ordinal else None, self.cuda and i in self.ordinal)
+            for i in range(spec.num_layers)
+        ]
+        self.v = [
+            self._alloc(num_frame_slots, host if i in self.ordinal else None, self.cuda and i in self.ordinal)
+            for i in range(spec.num_layers)
+        ]
         self.stage_k = [self._alloc(num_frame_slots) for _ in range(self.d)]
         self.stage_v = [self._alloc(num_frame_slots) for _ in range(self.d)]
         self.blk_frames = spec.block_frames if self.m else 0  # capacity of a block buffer, in frames
@@ -288,8 +292,15 @@ class OffloadStore(DenseStore):
         self.reset()
         log.info(
             "KV offload: %d of %d layers on the host (%.2f GiB pinned), %d resident + %d staging + %d block buffers "
-            "on %s (%.2f GiB)", self.m, spec.num_layers, self.layout.host_bytes / GiB, len(self.layout.resident),
-            self.d, self.m, self.device, self.layout.device_bytes / GiB,
+            "on %s (%.2f GiB)",
+            self.m,
+            spec.num_layers,
+            self.layout.host_bytes / GiB,
+            len(self.layout.resident),
+            self.d,
+            self.m,
+            self.device,
+            self.layout.device_bytes / GiB,
         )
 
     def reset(self) -> None:
@@ -358,8 +369,12 @@ class OffloadStore(DenseStore):
             self.h2d.wait(self._wb_done[j])
             self._wb_unseen_h2d.discard(j)
         hk, hv, sk, sv = self.k[layer], self.v[layer], self.stage_k[buf], self.stage_v[buf]
-        pairs = [(s[b, a : a + n], h[b, a : a + n]) for a, _, n in self._past_runs
-                 for b in range(hk.shape[0]) for s, h in ((sk, hk), (sv, hv))]
+        pairs = [
+            (s[b, a : a + n], h[b, a : a + n])
+            for a, _, n in self._past_runs
+            for b in range(hk.shape[0])
+            for s, h in ((sk, hk), (sv, hv))
+        ]
         start = self.h2d.record(timing=True)
         self.h2d.copies(pairs)
         done = self.h2d.record(timing=True)
@@ -411,8 +426,12 @@ class OffloadStore(DenseStore):
         src = np.array([s for _, s in keep], dtype=np.int64)
         runs = _runs_frames(dst, src, ft)
         hk, hv, bk, bv = self.k[layer], self.v[layer], self.blk_k[j], self.blk_v[j]
-        pairs = [(h[b, d : d + n], s[b, s0 : s0 + n]) for d, s0, n in runs
-                 for b in range(hk.shape[0]) for h, s in ((hk, bk), (hv, bv))]
+        pairs = [
+            (h[b, d : d + n], s[b, s0 : s0 + n])
+            for d, s0, n in runs
+            for b in range(hk.shape[0])
+            for h, s in ((hk, bk), (hv, bv))
+        ]
         self.d2h.wait(self._blk_written[j])
         start = self.d2h.record(timing=True)
         self.d2h.copies(pairs)
@@ -445,14 +464,19 @@ class OffloadStore(DenseStore):
         pending = {f: i for i, f in enumerate(self._pending[j])}
         out = []
         for store, blk in ((self.k[layer], self.blk_k[j]), (self.v[layer], self.blk_v[j])):
-            parts = [blk[:, pending[f] * ft : (pending[f] + 1) * ft] if f in pending
-                     else store[:, s * ft : (s + 1) * ft].to(self.device) for f, s in zip(frames, frame_slots.tolist())]
+            parts = [
+                blk[:, pending[f] * ft : (pending[f] + 1) * ft]
+                if f in pending
+                else store[:, s * ft : (s + 1) * ft].to(self.device)
+                for f, s in zip(frames, frame_slots.tolist())
+            ]
             out.append(torch.cat(parts, dim=1) if parts else blk[:, :0])
         return out[0], out[1]
 
     def _grow_block_buffers(self, frames: int) -> None:
-        log.warning("KV offload: a call writes %d frames, more than a block (%d); block buffers grow",
-                    frames, self.blk_frames)
+        log.warning(
+            "KV offload: a call writes %d frames, more than a block (%d); block buffers grow", frames, self.blk_frames
+        )
         self._sync()
         for bufs in (self.blk_k, self.blk_v):
             for j, old in enumerate(bufs):
@@ -532,7 +556,8 @@ class OffloadStore(DenseStore):
             "prefetch_hit_rate": self.prefetch_hits / uses if uses else 1.0,
             # CUDA only: share of offloaded-layer reads whose prefetch had already landed (no wait at all)
             "prefetch_ready_rate": (self.prefetch_ready / self.stalls_folded if self.stalls_folded else 1.0)
-            if self.cuda else None,
+            if self.cuda
+            else None,
         }
 
 

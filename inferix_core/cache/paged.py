@@ -188,15 +188,19 @@ class PagedKVCache:
         self.num_evictions += evicted
         self.num_eviction_events += evicted > 0
         # 2. free pages none of whose frames is still paged, then map pages for frames that now need one
-        needed = {lp for a, b in self.paged_ranges(new_end) for lp in range(a // self.page_frames,
-                                                                               -(-b // self.page_frames))}
+        needed = {
+            lp for a, b in self.paged_ranges(new_end) for lp in range(a // self.page_frames, -(-b // self.page_frames))
+        }
         dead = [lp for lp in self.table.pages if lp not in needed]
         self.pool.free([self.table.remove(lp) for lp in dead])
         missing = sorted(lp for lp in needed if lp not in self.table)
         ids = self.pool.allocate(len(missing))
         if ids is None:  # only when frames are not page-aligned (e.g. a 1-frame first block) or global
-            self._grow(max(2 * self.pool.num_pages, self.pool.num_pages + len(missing)) if self.ring_frames is None
-                       else self.pool.num_pages + len(missing) - self.pool.num_free_pages)
+            self._grow(
+                max(2 * self.pool.num_pages, self.pool.num_pages + len(missing))
+                if self.ring_frames is None
+                else self.pool.num_pages + len(missing) - self.pool.num_free_pages
+            )
             ids = self.pool.allocate(len(missing))
         for lp, pid in zip(missing, ids):
             self.table.add(lp, pid)
@@ -219,13 +223,15 @@ class PagedKVCache:
     def frame_slots(self, frames: list[int] | range) -> np.ndarray:
         """Store frame slot of each frame, −1 for a frame that has no page (quantized cache: fp frames)."""
         pages, P = self.table.pages, self.page_frames
-        return np.fromiter((pages[f // P] * P + f % P if f // P in pages else -1 for f in frames),
-                           dtype=np.int64, count=len(frames))
+        return np.fromiter(
+            (pages[f // P] * P + f % P if f // P in pages else -1 for f in frames), dtype=np.int64, count=len(frames)
+        )
 
     def _grow(self, num_pages: int) -> None:
         if self.ring_frames is not None:
-            log.warning("KV page pool grows to %d pages: frames are not aligned to %d-frame pages",
-                        num_pages, self.page_frames)
+            log.warning(
+                "KV page pool grows to %d pages: frames are not aligned to %d-frame pages", num_pages, self.page_frames
+            )
         self.pool.grow(num_pages - self.pool.num_pages)
         self.store.grow(num_pages * self.page_frames)
 

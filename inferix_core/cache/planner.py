@@ -57,17 +57,25 @@ def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
     kind = cache_kind(config, spec)
     if config.is_global and not s.max_frames:
         raise ConfigError("planning a global-attention cache (window_frames=-1) needs the run length (max_frames)")
-    shape = f"{s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}, K and V, {_DTYPE_NAMES.get(s.dtype, s.dtype)}"
+    shape = (
+        f"{s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}, K and V, {_DTYPE_NAMES.get(s.dtype, s.dtype)}"
+    )
     if kind == "ring":
         frames = s.max_frames if config.is_global else config.window_frames
-        return CacheCost(kind, s.num_layers * frames * frame_layer, 0, f"{s.num_layers} layers × {frames} frames × {shape}")
+        return CacheCost(
+            kind, s.num_layers * frames * frame_layer, 0, f"{s.num_layers} layers × {frames} frames × {shape}"
+        )
     slots = planned_pages(config, spec) * (config.page_frames or s.block_frames)
     if kind == "paged":
-        return CacheCost(kind, s.num_layers * slots * frame_layer, 0, f"{s.num_layers} layers × {slots} frame slots × {shape}")
+        return CacheCost(
+            kind, s.num_layers * slots * frame_layer, 0, f"{s.num_layers} layers × {slots} frame slots × {shape}"
+        )
     if kind == "offload":
         lay = offload_layout(config, spec)
         return CacheCost(
-            kind, lay.device_bytes, lay.host_bytes,
+            kind,
+            lay.device_bytes,
+            lay.host_bytes,
             f"({len(lay.resident)} resident + {lay.num_staging} staging) layers × {slots} frame slots + "
             f"{lay.num_offloaded} block buffers × {s.block_frames} frames, × {shape}; "
             f"{lay.num_offloaded} layers in pinned host memory",
@@ -79,7 +87,9 @@ def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
     sink = 0 if config.is_global else config.sink_frames
     fp = (sink + config.residual_frames) * frame_layer
     return CacheCost(
-        kind, s.num_layers * (slots * page + fp), 0,
+        kind,
+        s.num_layers * (slots * page + fp),
+        0,
         f"{s.num_layers} layers × ({slots} {config.quantization} frame slots + {sink + config.residual_frames} "
         f"full-precision frames) × {t} tokens × {h} heads × {d}",
     )
@@ -165,8 +175,9 @@ def estimate_offload(
     m_max = s.num_layers if t_h2d <= 0 else min(s.num_layers, int(TRANSFER_SHARE * s.num_layers * t_layer / t_h2d))
     if num_offloaded is None:
         num_offloaded = offload_layout(config, spec).num_offloaded
-    return OffloadEstimate(s.num_layers, num_offloaded, past, past * frame, s.block_frames * frame, t_h2d, t_layer,
-                           flops, m_max)
+    return OffloadEstimate(
+        s.num_layers, num_offloaded, past, past * frame, s.block_frames * frame, t_h2d, t_layer, flops, m_max
+    )
 
 
 @dataclass
@@ -305,11 +316,14 @@ def plan_memory(
     # a shorter window changes what the model sees
     options: list[tuple[str, KVCacheConfig]] = []
     if avail > 0:
-        options.append(("offload", dataclasses.replace(cache_config, offload="auto", gpu_budget_bytes=avail,
-                                                       quantization="none")))
+        options.append(
+            ("offload", dataclasses.replace(cache_config, offload="auto", gpu_budget_bytes=avail, quantization="none"))
+        )
     base = dataclasses.replace(cache_config, offload="off", gpu_budget_bytes=None)
-    options += [("int8", dataclasses.replace(base, quantization="int8")),
-                ("int4", dataclasses.replace(base, quantization="int4"))]
+    options += [
+        ("int8", dataclasses.replace(base, quantization="int8")),
+        ("int4", dataclasses.replace(base, quantization="int4")),
+    ]
     window = _largest_window(base, spec, avail)
     if window is not None:
         options.append((f"window_frames={window}", dataclasses.replace(base, window_frames=window)))
@@ -337,16 +351,22 @@ def plan_memory(
         f"VAE {_format_bytes(vae)}). {', '.join(hints).capitalize()}."
     )
     if plan.chosen is None:
-        plan.message += " None of these fits: " + "; ".join(
-            f"{lab} needs {_format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
-            for lab, b, _ in plan.candidates
-        ) + "."
+        plan.message += (
+            " None of these fits: "
+            + "; ".join(
+                f"{lab} needs {_format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
+                for lab, b, _ in plan.candidates
+            )
+            + "."
+        )
     est = plan.offload
     if est is not None and est.num_offloaded > est.max_hidden_offloaded:
         share = est.num_offloaded * est.h2d_seconds_per_layer_call / (est.num_layers * est.layer_seconds)
-        plan.message += (f" Offload streams {est.num_offloaded} layers per call (copies ≈ {100 * share:.0f} % of the "
-                         f"compute time, est.; ≤ {est.max_hidden_offloaded} layers keep them within "
-                         f"{100 * TRANSFER_SHARE:.0f} %): expect part of the transfer time to show.")
+        plan.message += (
+            f" Offload streams {est.num_offloaded} layers per call (copies ≈ {100 * share:.0f} % of the "
+            f"compute time, est.; ≤ {est.max_hidden_offloaded} layers keep them within "
+            f"{100 * TRANSFER_SHARE:.0f} %): expect part of the transfer time to show."
+        )
     log.info("%s", plan.message)
     return plan
 

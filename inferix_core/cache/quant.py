@@ -92,8 +92,10 @@ class QuantStore:
 
         old = None if self.num_frame_slots == 0 else self._page_tensors()
         self.k_codes, self.v_codes = new((b, t, h, width), torch.uint8), new((b, t, h, width), torch.uint8)
-        self.k_scale, self.k_zero = new((b, num_frame_slots, h, d), self.scale_dtype), new(
-            (b, num_frame_slots, h, d), self.scale_dtype)
+        self.k_scale, self.k_zero = (
+            new((b, num_frame_slots, h, d), self.scale_dtype),
+            new((b, num_frame_slots, h, d), self.scale_dtype),
+        )
         self.v_scale, self.v_zero = new((b, t, h, 1), self.scale_dtype), new((b, t, h, 1), self.scale_dtype)
         if old is not None:
             for dst, src in zip(self._page_tensors(), old):

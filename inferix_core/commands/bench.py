@@ -20,9 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention", default="sdpa", help="sdpa, sdpa_cudnn (cuDNN kernel first) or flash_attn")
     p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
     p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
-    p.add_argument("--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises")
-    p.add_argument("--fp8", action="store_true", help="transformer-block linears in fp8 e4m3 (torch._scaled_mm on "
-                   "CUDA ≥ 8.9, an explicit emulation elsewhere)")
+    p.add_argument(
+        "--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises"
+    )
+    p.add_argument(
+        "--fp8",
+        action="store_true",
+        help="transformer-block linears in fp8 e4m3 (torch._scaled_mm on CUDA ≥ 8.9, an explicit emulation elsewhere)",
+    )
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 

@@ -20,26 +20,38 @@ from ..models.registry import FAMILIES, load_world_model
 
 def register(subparsers: Any) -> None:
     """Add the `info` subcommand."""
-    p = subparsers.add_parser("info", help="show families, attention backends, torch/CUDA, and a model's description",
-                              description="Without MODEL: the environment. With MODEL ('bundled' or a checkpoint "
-                                          "path): also load it and describe it.")
+    p = subparsers.add_parser(
+        "info",
+        help="show families, attention backends, torch/CUDA, and a model's description",
+        description="Without MODEL: the environment. With MODEL ('bundled' or a checkpoint "
+        "path): also load it and describe it.",
+    )
     p.add_argument("model", nargs="?", default=None, help="'bundled' or a transformer checkpoint")
     p.add_argument("--family", default=None, help="model family (default: from the file name, else self_forcing)")
     p.add_argument("--vae", default=None, help="VAE file to load beside the checkpoint")
     p.add_argument("--text-encoder", default=None, help="umT5 file to load beside the checkpoint")
     p.add_argument("--device", default="cpu", help="where to load the model (cpu by default: info only reads)")
     p.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16")
-    p.add_argument("--fp8", action="store_true",
-                   help="load with the transformer-block linears in fp8 e4m3 (the description then counts them)")
+    p.add_argument(
+        "--fp8",
+        action="store_true",
+        help="load with the transformer-block linears in fp8 e4m3 (the description then counts them)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     print(environment_text())
     if args.model is not None:
-        world_model = load_world_model(args.model, family=args.family, vae_path=args.vae,
-                                       text_encoder_path=args.text_encoder, device=args.device, dtype=args.dtype,
-                                       fp8=args.fp8)
+        world_model = load_world_model(
+            args.model,
+            family=args.family,
+            vae_path=args.vae,
+            text_encoder_path=args.text_encoder,
+            device=args.device,
+            dtype=args.dtype,
+            fp8=args.fp8,
+        )
         print("\nmodel:")
         print(_indent(world_model.describe()))
     return 0
@@ -55,16 +67,20 @@ def environment_text() -> str:
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
-            lines.append(f"cuda:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB, "
-                         f"compute {props.major}.{props.minor} (CUDA {torch.version.cuda})")
+            lines.append(
+                f"cuda:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB, "
+                f"compute {props.major}.{props.minor} (CUDA {torch.version.cuda})"
+            )
     else:
         lines.append("CUDA: not available (CPU only)")
     lines.append("\nfamilies:")
     for fam in FAMILIES.values():
         s, c = fam.sampling, fam.cache
         lines.append(f"  {fam.name:<13} {fam.description}")
-        lines.append(f"  {'':<13} steps {list(s.denoising_steps)}, {s.block_frames} frames/block, shift {s.shift}, "
-                     f"window {c.window_frames}, sink {c.sink_frames}, {fam.fps} fps")
+        lines.append(
+            f"  {'':<13} steps {list(s.denoising_steps)}, {s.block_frames} frames/block, shift {s.shift}, "
+            f"window {c.window_frames}, sink {c.sink_frames}, {fam.fps} fps"
+        )
     lines.append("\nattention backends:")
     for name in attention_backends():
         backend = _BACKENDS[name]

@@ -25,16 +25,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Score videos with LV-Bench. Networks load from --weights-dir only; a metric whose weights "
         "are missing is reported as a labelled *_proxy (aesthetic has no proxy and is left out).",
     )
-    p.add_argument("inputs", nargs="+", metavar="VIDEO_OR_FOLDER",
-                   help="an mp4/mov/webm file, a folder of PNG frames, or a folder of either")
-    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), choices=METRICS, metavar="METRIC",
-                   help=f"metrics to compute, from {', '.join(METRICS)} (default: the five published ones)")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="VIDEO_OR_FOLDER",
+        help="an mp4/mov/webm file, a folder of PNG frames, or a folder of either",
+    )
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=list(DEFAULT_METRICS),
+        choices=METRICS,
+        metavar="METRIC",
+        help=f"metrics to compute, from {', '.join(METRICS)} (default: the five published ones)",
+    )
     p.add_argument("--chunks", type=int, default=10, help="N equal chunks per video for VDE (default 10)")
     p.add_argument("--weighting", choices=("linear", "log"), default="linear", help="VDE weights (default linear)")
-    p.add_argument("--weights-dir", type=Path, default=None,
-                   help="folder with the metric networks (see inferix_core/metrics/lvbench/networks.py)")
-    p.add_argument("--fps", type=float, default=None,
-                   help="frame rate of frame folders (sets the ~8 fps sampling of dynamic degree; default 16)")
+    p.add_argument(
+        "--weights-dir",
+        type=Path,
+        default=None,
+        help="folder with the metric networks (see inferix_core/metrics/lvbench/networks.py)",
+    )
+    p.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        help="frame rate of frame folders (sets the ~8 fps sampling of dynamic degree; default 16)",
+    )
     p.add_argument("--device", default="cpu", help="torch device for the networks (default cpu)")
     p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write all results to this JSON file")
     p.add_argument("--plot-dir", type=Path, default=None, metavar="DIR", help="write a per-chunk PNG plot per video")
@@ -57,8 +75,15 @@ def run(args: argparse.Namespace) -> int:
         for video in videos:
             bar.set_postfix_str(video.name)
             frames, fps = read_video(video)
-            result = score_video(frames, chunks=args.chunks, weighting=args.weighting, fps=fps or args.fps,
-                                 backends=backends, name=str(video), on_metric=lambda _m: bar.update(1))
+            result = score_video(
+                frames,
+                chunks=args.chunks,
+                weighting=args.weighting,
+                fps=fps or args.fps,
+                backends=backends,
+                name=str(video),
+                on_metric=lambda _m: bar.update(1),
+            )
             if result.skipped is not None:
                 bar.update(len(backends))
             results.append(result)
@@ -70,8 +95,12 @@ def run(args: argparse.Namespace) -> int:
         print("note: *_proxy columns are weight-free stand-ins, not the published LV-Bench/VBench metrics.")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"videos": [r.to_dict() for r in results], "mean": mean_scores(results),
-                   "chunks": args.chunks, "weighting": args.weighting}
+        payload = {
+            "videos": [r.to_dict() for r in results],
+            "mean": mean_scores(results),
+            "chunks": args.chunks,
+            "weighting": args.weighting,
+        }
         args.json.write_text(json.dumps(payload, indent=2, allow_nan=False), encoding="utf-8")
         log.info("wrote %s", args.json)
     return 0

@@ -70,9 +70,13 @@ def register(subparsers: Any) -> None:
         description="Open a live view of an open-ended stream and steer it: keys send the model's actions, the "
                     "prompt box switches the prompt (text models). Inputs apply at the next block boundary. "
                     "The stream is also saved as mp4 unless --no-save.")  # fmt: skip
-    p.add_argument("source", nargs="?", default="bundled",
-                   help="'bundled' (default), a transformer checkpoint, or a workflow .json (its LoadWorldModel, "
-                        "KV cache and BlockDenoise settings are used)")
+    p.add_argument(
+        "source",
+        nargs="?",
+        default="bundled",
+        help="'bundled' (default), a transformer checkpoint, or a workflow .json (its LoadWorldModel, "
+        "KV cache and BlockDenoise settings are used)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default; others expose input)")
     p.add_argument("--port", type=int, default=8765, help="TCP port of the live view; 0 picks a free one")
     p.add_argument("--width", type=int, default=None, help="pixels (default: the workflow's, the model's, or 832)")
@@ -83,22 +87,34 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output", default=None, help="mp4 path (default: output/inferix_play_NNNNN.mp4)")
     p.add_argument("--no-save", action="store_true", help="do not write an mp4")
     p.add_argument("--max-blocks", type=int, default=None, help="stop after this many blocks")
-    p.add_argument("--hard-switch", action="store_true",
-                   help="on a prompt switch keep the cached K/V (faster, less smooth) instead of re-caching the window")
-    p.add_argument("--no-hold", action="store_true",
-                   help="an action lasts one block, then the model's idle action (default: held until the next key)")
+    p.add_argument(
+        "--hard-switch",
+        action="store_true",
+        help="on a prompt switch keep the cached K/V (faster, less smooth) instead of re-caching the window",
+    )
+    p.add_argument(
+        "--no-hold",
+        action="store_true",
+        help="an action lasts one block, then the model's idle action (default: held until the next key)",
+    )
     p.add_argument("--family", default=None, help="model family for a checkpoint (see `inferix info`)")
     p.add_argument("--vae", default=None, help="VAE file for a checkpoint")
     p.add_argument("--text-encoder", default=None, help="umT5 file for a checkpoint")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="auto", help="auto, fp32, bf16 or fp16")
     # the opt-in speed options of `load_world_model`; with a workflow, either the flag or its loader's input turns one on
-    p.add_argument("--fp8", action="store_true",
-                   help="transformer-block linears as fp8 e4m3 GEMMs: faster and half the block weights' memory on "
-                        "CUDA compute capability >= 8.9, a small quality cost, emulated (slow) elsewhere")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile each transformer block (~1.3x faster diffusion on an H200); the first block "
-                        "compiles first (a one-off wait)")
+    p.add_argument(
+        "--fp8",
+        action="store_true",
+        help="transformer-block linears as fp8 e4m3 GEMMs: faster and half the block weights' memory on "
+        "CUDA compute capability >= 8.9, a small quality cost, emulated (slow) elsewhere",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile each transformer block (~1.3x faster diffusion on an H200); the first block "
+        "compiles first (a one-off wait)",
+    )
     p.set_defaults(func=run)
 
 
@@ -122,10 +138,21 @@ def run(args: argparse.Namespace) -> int:
         if args.open:
             webbrowser.open(view.url)
 
-    result = play(setup.world_model, prompt=args.prompt if args.prompt is not None else setup.prompt,
-                  width=width, height=height, seed=args.seed if args.seed is not None else setup.seed,
-                  host=args.host, port=args.port, output=output, cache=setup.cache, max_blocks=args.max_blocks,
-                  hard_switch=args.hard_switch, hold_actions=not args.no_hold, on_ready=ready)
+    result = play(
+        setup.world_model,
+        prompt=args.prompt if args.prompt is not None else setup.prompt,
+        width=width,
+        height=height,
+        seed=args.seed if args.seed is not None else setup.seed,
+        host=args.host,
+        port=args.port,
+        output=output,
+        cache=setup.cache,
+        max_blocks=args.max_blocks,
+        hard_switch=args.hard_switch,
+        hold_actions=not args.no_hold,
+        on_ready=ready,
+    )
     how = "interrupted" if result.interrupted else "stopped"
     print(f"{how} after {result.num_blocks} blocks ({result.num_frames} frames, {result.seconds:.1f} s)")
     if result.output is not None:
@@ -167,9 +194,19 @@ def play(
     interrupted = False
     try:
         view.start()
-        session = InteractiveSession(world_model, prompt, width=width, height=height, seed=seed, cache=cache,
-                                     sinks=sinks, inputs=view.inputs, hard_switch=hard_switch,
-                                     hold_actions=hold_actions, default_action=idle)
+        session = InteractiveSession(
+            world_model,
+            prompt,
+            width=width,
+            height=height,
+            seed=seed,
+            cache=cache,
+            sinks=sinks,
+            inputs=view.inputs,
+            hard_switch=hard_switch,
+            hold_actions=hold_actions,
+            default_action=idle,
+        )
         if on_ready is not None:
             on_ready(view)
         session.run(max_blocks=max_blocks, on_block=lambda block: view.post_stats(block_stats(block)))
@@ -222,8 +259,16 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
     source = args.source
     if source.endswith(".json"):
         return _setup_from_workflow(Path(source), args)
-    world_model = load_world_model(source, family=args.family, vae_path=args.vae, text_encoder_path=args.text_encoder,
-                                   dtype=args.dtype, device=args.device, fp8=args.fp8, compile=args.compile)
+    world_model = load_world_model(
+        source,
+        family=args.family,
+        vae_path=args.vae,
+        text_encoder_path=args.text_encoder,
+        dtype=args.dtype,
+        device=args.device,
+        fp8=args.fp8,
+        compile=args.compile,
+    )
     width, height = bundled_size() if source == "bundled" else (None, None)
     return PlaySetup(world_model, width=width, height=height)
 
@@ -278,8 +323,14 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
                               quantization=kv.get("quantization", "none"))  # fmt: skip
     gen = nodes.get("InferixBlockDenoise", {})
     prompt = gen.get("prompt") if isinstance(gen.get("prompt"), str) else ""
-    return PlaySetup(world_model, prompt=prompt, width=gen.get("width"), height=gen.get("height"),
-                     seed=int(gen.get("seed", 0)), cache=cache)
+    return PlaySetup(
+        world_model,
+        prompt=prompt,
+        width=gen.get("width"),
+        height=gen.get("height"),
+        seed=int(gen.get("seed", 0)),
+        cache=cache,
+    )
 
 
 def _node_inputs(graph: Any) -> dict[str, dict[str, Any]]:

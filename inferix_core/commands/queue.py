@@ -23,13 +23,22 @@ log = logging.getLogger(__name__)
 
 def register(subparsers: Any) -> None:
     """Add the `queue` subcommand."""
-    p = subparsers.add_parser("queue", help="run a workflow on a ComfyUI server and download its outputs",
-                              description="Queue a ComfyUI workflow on a running server, show its progress and "
-                                          "download what its output nodes saved.")
+    p = subparsers.add_parser(
+        "queue",
+        help="run a workflow on a ComfyUI server and download its outputs",
+        description="Queue a ComfyUI workflow on a running server, show its progress and "
+        "download what its output nodes saved.",
+    )
     p.add_argument("workflow", help="workflow .json (API format; UI format is converted with the server's node list)")
     p.add_argument("--server", default="http://127.0.0.1:8188", help="ComfyUI address (default %(default)s)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE_ID.INPUT=VALUE",
-                   help="override an input, e.g. --set 3.seed=42 (JSON values parsed)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NODE_ID.INPUT=VALUE",
+        help="override an input, e.g. --set 3.seed=42 (JSON values parsed)",
+    )
     p.add_argument("--output-dir", default="output", help="where downloaded outputs go (default ./%(default)s)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

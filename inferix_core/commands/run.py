@@ -32,13 +32,24 @@ PACK_NAME = "inferix_nodes"
 
 def register(subparsers: Any) -> None:
     """Add the `run` subcommand."""
-    p = subparsers.add_parser("run", help="run a ComfyUI workflow (API format) headless",
-                              description="Validate and run a ComfyUI workflow JSON with the Inferix nodes, "
-                                          "without ComfyUI. Export API format from ComfyUI with Workflow → Export (API).")
+    p = subparsers.add_parser(
+        "run",
+        help="run a ComfyUI workflow (API format) headless",
+        description="Validate and run a ComfyUI workflow JSON with the Inferix nodes, "
+        "without ComfyUI. Export API format from ComfyUI with Workflow → Export (API).",
+    )
     p.add_argument("workflow", help="workflow .json (API format; UI format if all its nodes are Inferix nodes)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE_ID.INPUT=VALUE",
-                   help="override an input, e.g. --set 3.seed=42 --set '6.text=a red car' (JSON values parsed)")
-    p.add_argument("--output-dir", default=None, help=f"where output nodes write (default: ${OUTPUT_DIR_ENV} or ./output)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NODE_ID.INPUT=VALUE",
+        help="override an input, e.g. --set 3.seed=42 --set '6.text=a red car' (JSON values parsed)",
+    )
+    p.add_argument(
+        "--output-dir", default=None, help=f"where output nodes write (default: ${OUTPUT_DIR_ENV} or ./output)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--nodes-module", default=None, help=argparse.SUPPRESS)  # dummy node classes, for tests
     p.set_defaults(func=run)
@@ -51,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
     _tell_pack_output_dir(output_dir)
     start = time.perf_counter()
     with _graceful_ctrl_c():
-        result = execute(args.workflow, node_classes, output_dir=output_dir, overrides=args.overrides,
-                         progress=not args.no_progress)
+        result = execute(
+            args.workflow, node_classes, output_dir=output_dir, overrides=args.overrides, progress=not args.no_progress
+        )
     print(f"ran {len(result.order)} node(s) in {time.perf_counter() - start:.1f} s")
     for node_id, ui in result.ui.items():  # what ComfyUI would show on the nodes (reports, plans, tables)
         for text in ui.get("text", []) if isinstance(ui, dict) else []:
@@ -72,8 +84,9 @@ def load_node_classes(module_name: str | None = None) -> dict[str, Any]:
     module = importlib.import_module(name) if name else import_node_pack()
     mappings = getattr(module, "NODE_CLASS_MAPPINGS", None)
     if not isinstance(mappings, dict) or not mappings:
-        raise InferixError(f"{module.__name__} has no NODE_CLASS_MAPPINGS (or it is empty); "
-                           "the node pack did not load its nodes")
+        raise InferixError(
+            f"{module.__name__} has no NODE_CLASS_MAPPINGS (or it is empty); the node pack did not load its nodes"
+        )
     return mappings
 
 
@@ -98,8 +111,10 @@ def import_node_pack() -> ModuleType:
         if str(checkout.parent) not in sys.path:
             sys.path.insert(0, str(checkout.parent))
         return _load_package(checkout.name.replace("-", "_").replace(".", "_"), root_init)
-    raise BackendUnavailableError(f"cannot find the Inferix node pack: '{PACK_NAME}' is not installed and "
-                                  f"{nodes_init} does not exist. Run `pip install -e .` in the checkout.")
+    raise BackendUnavailableError(
+        f"cannot find the Inferix node pack: '{PACK_NAME}' is not installed and "
+        f"{nodes_init} does not exist. Run `pip install -e .` in the checkout."
+    )
 
 
 def _load_package(name: str, init_file: Path) -> ModuleType:

@@ -87,8 +87,12 @@ def scaled_mm_supported(device: torch.device | str) -> bool:
         except RuntimeError as exc:
             reason = f"torch._scaled_mm with row-wise scales failed ({str(exc).splitlines()[0]})"
     if reason is not None:
-        log.warning("fp8 linears on %s: %s; using the emulation (dequantize to fp32 + matmul), which is slower "
-                    "than bf16 and only meant as a reference", device, reason)
+        log.warning(
+            "fp8 linears on %s: %s; using the emulation (dequantize to fp32 + matmul), which is slower "
+            "than bf16 and only meant as a reference",
+            device,
+            reason,
+        )
     _SCALED_MM_OK[key] = reason is None
     return reason is None
 
@@ -98,8 +102,14 @@ def _probe_scaled_mm(device: torch.device) -> None:
     b = torch.ones(32, 32, device=device).to(FP8_DTYPE)
     ones_a = torch.ones(32, 1, device=device)
     ones_b = torch.ones(1, 32, device=device)
-    out = torch._scaled_mm(a, b.t(), scale_a=ones_a, scale_b=ones_b,
-                           bias=torch.zeros(32, device=device, dtype=torch.bfloat16), out_dtype=torch.bfloat16)
+    out = torch._scaled_mm(
+        a,
+        b.t(),
+        scale_a=ones_a,
+        scale_b=ones_b,
+        bias=torch.zeros(32, device=device, dtype=torch.bfloat16),
+        out_dtype=torch.bfloat16,
+    )
     if not torch.all(out == 32):
         raise RuntimeError(f"wrong result from a 32x32 probe: {out.flatten()[:4].tolist()}")
 
@@ -113,22 +123,29 @@ class FP8Linear(nn.Module):
     `.to(dtype)` / `.half()` leave the fp8 weight and its scales alone; only the device follows.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = nn.Parameter(torch.zeros(out_features, in_features, device=device, dtype=FP8_DTYPE),
-                                   requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.zeros(out_features, in_features, device=device, dtype=FP8_DTYPE), requires_grad=False
+        )
         self.register_buffer("weight_scale", torch.ones(1, out_features, device=device, dtype=torch.float32))
-        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype), requires_grad=False) \
-            if bias else None
+        self.bias = (
+            nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype), requires_grad=False) if bias else None
+        )
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> FP8Linear:
         """Quantize a loaded `nn.Linear` (any float dtype; the scales are computed in float32)."""
         w = linear.weight.detach()
-        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device=w.device,
-                  dtype=w.dtype)
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device=w.device, dtype=w.dtype)
         q, scale = quantize_rowwise(w.float())
         new.weight.data.copy_(q)
         new.weight_scale.copy_(scale.t())
@@ -160,8 +177,9 @@ class FP8Linear(nn.Module):
         """One fp8 GEMM: fp32 accumulation, scales and bias applied in the epilogue, bf16 out."""
         xq, sx = quantize_rowwise(x.reshape(-1, self.in_features))  # (M, K) row-major, (M, 1) contiguous
         bias = None if self.bias is None else self.bias.to(torch.bfloat16)  # bf16 output needs a bf16 bias
-        y = torch._scaled_mm(xq, self.weight.t(), scale_a=sx, scale_b=self.weight_scale, bias=bias,
-                             out_dtype=torch.bfloat16)
+        y = torch._scaled_mm(
+            xq, self.weight.t(), scale_a=sx, scale_b=self.weight_scale, bias=bias, out_dtype=torch.bfloat16
+        )
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> FP8Linear:
@@ -231,8 +249,12 @@ def quantize_linears_fp8(model: nn.Module, skip: Iterable[str] = (), scope: str 
         devices.add(linear.weight.device)
     for device in devices:
         scaled_mm_supported(device)
-    log.info("fp8: %d linear layers quantized to e4m3 (%.1f MiB of weights saved), %d kept",
-             len(report.quantized), report.bytes_saved / 2**20, len(report.kept))
+    log.info(
+        "fp8: %d linear layers quantized to e4m3 (%.1f MiB of weights saved), %d kept",
+        len(report.quantized),
+        report.bytes_saved / 2**20,
+        len(report.kept),
+    )
     return report
 
 

@@ -119,7 +119,9 @@ class WorldModel:
         ]
         fp8 = count_fp8_linears(self.transformer)
         if fp8:
-            lines.append(f"fp8: {fp8} block linear layers in e4m3 (the embeddings, time projection and head in {self.dtype})")
+            lines.append(
+                f"fp8: {fp8} block linear layers in e4m3 (the embeddings, time projection and head in {self.dtype})"
+            )
         if self.action_names:
             lines.append(f"actions: {', '.join(self.action_names)}")
         return "\n".join(lines)
@@ -136,8 +138,14 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16}
+    table = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+    }
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32  # the CPU path runs in fp32
     if dtype not in table:
@@ -188,8 +196,18 @@ def load_world_model(
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     text = _load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
-    model = WorldModel(fam, config, spec.sampling, spec.cache, transformer, vae, preview, text,
-                       fps=spec.fps, source=f"{path} ({info.layout})")
+    model = WorldModel(
+        fam,
+        config,
+        spec.sampling,
+        spec.cache,
+        transformer,
+        vae,
+        preview,
+        text,
+        fps=spec.fps,
+        source=f"{path} ({info.layout})",
+    )
     return _maybe_compile(model, compile)
 
 
@@ -251,8 +269,9 @@ def _load_preview(path: str, full_vae, device, dtype):
 def _load_text_encoder(path: str, text_len: int, device, dtype):
     from ..text.umt5 import PromptCache, UMT5TextEncoder
 
-    encoder = UMT5TextEncoder.load(path, text_len=text_len, device=device,
-                                   dtype=dtype if device.type == "cuda" else torch.float32)
+    encoder = UMT5TextEncoder.load(
+        path, text_len=text_len, device=device, dtype=dtype if device.type == "cuda" else torch.float32
+    )
     return PromptCache(encoder)  # re-encoding an earlier prompt costs nothing
 
 
@@ -267,8 +286,15 @@ def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldMode
         quantize_linears_fp8(transformer)
     vae = b.vae.requires_grad_(False)  # decodes in float32: it is small and exact
     return WorldModel(
-        "bundled", transformer.config, b.sampling_config(), b.cache_config(), transformer, vae,
-        default_context=b.context.to(device, dtype), action_names=tuple(b.action_names),
-        fps=int(b.config.get("fps", 16)), source="bundled (inferix_core/assets/bundled)",
+        "bundled",
+        transformer.config,
+        b.sampling_config(),
+        b.cache_config(),
+        transformer,
+        vae,
+        default_context=b.context.to(device, dtype),
+        action_names=tuple(b.action_names),
+        fps=int(b.config.get("fps", 16)),
+        source="bundled (inferix_core/assets/bundled)",
         default_size=(int(b.config["width"]), int(b.config["height"])),
     )

@@ -57,7 +57,7 @@ class _ErrorTee:
     def write(self, text: str) -> int:
         for line in text.splitlines():
             if line.startswith("error: "):
-                self.last_error = line[len("error: "):]
+                self.last_error = line[len("error: ") :]
         return self.stream.write(text)
 
     def flush(self) -> None:
@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         quiet = open(os.devnull, "w") if rank else None  # noqa: SIM115 (closed below)
         tee = _ErrorTee(sys.stderr)
         try:
-            with fail_together(), contextlib.redirect_stderr(tee), (
-                contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext()
+            with (
+                fail_together(),
+                contextlib.redirect_stderr(tee),
+                contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext(),
             ):
                 code = cli_main(args)
                 if code:  # the CLI turned an error into a printed line and an exit code: make it everyone's

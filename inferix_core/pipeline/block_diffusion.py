@@ -236,8 +236,9 @@ class BlockDiffusionPipeline:
         cache = create_kv_cache(self.cache_config, spec)
         self.kv_cache = cache
         text = self.model.prepare_context(to_device_async(context, self.device))
-        return StreamState(cache, text, noise if noise is not None else SeededNoise(seed),
-                           latent_height, latent_width, batch_size)
+        return StreamState(
+            cache, text, noise if noise is not None else SeededNoise(seed), latent_height, latent_width, batch_size
+        )
 
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""
@@ -298,8 +299,9 @@ class BlockDiffusionPipeline:
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
         if action is not None:
             action = to_device_async(action, self.device)
-        flow = self.model(x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start,
-                          action=action)
+        flow = self.model(
+            x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
+        )
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
 
     def _actions(self, request: GenerationRequest, start: int, num_frames: int) -> torch.Tensor | None:
@@ -329,4 +331,3 @@ def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool
     ranges = [(0, 1)] if first else []
     ranges += [(a, a + block_frames) for a in range(first, num_initial, block_frames)]
     return ranges
-

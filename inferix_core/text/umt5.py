@@ -28,12 +28,16 @@ WAN_PROBE = "blocks.0.attn.q.weight"
 TOKENIZER_KEY = "spiece_model"  # ComfyUI stores the tokenizer's serialized ModelProto under this key
 _QUANT_EXTRAS = (".scale_input", ".input_scale", ".comfy_quant")
 _WAN_BLOCK = {  # Wan's t5.py names → HF names, per block
-    "norm1.weight": "layer.0.layer_norm.weight", "attn.q.weight": "layer.0.SelfAttention.q.weight",
-    "attn.k.weight": "layer.0.SelfAttention.k.weight", "attn.v.weight": "layer.0.SelfAttention.v.weight",
+    "norm1.weight": "layer.0.layer_norm.weight",
+    "attn.q.weight": "layer.0.SelfAttention.q.weight",
+    "attn.k.weight": "layer.0.SelfAttention.k.weight",
+    "attn.v.weight": "layer.0.SelfAttention.v.weight",
     "attn.o.weight": "layer.0.SelfAttention.o.weight",
     "pos_embedding.embedding.weight": "layer.0.SelfAttention.relative_attention_bias.weight",
-    "norm2.weight": "layer.1.layer_norm.weight", "ffn.gate.0.weight": "layer.1.DenseReluDense.wi_0.weight",
-    "ffn.fc1.weight": "layer.1.DenseReluDense.wi_1.weight", "ffn.fc2.weight": "layer.1.DenseReluDense.wo.weight",
+    "norm2.weight": "layer.1.layer_norm.weight",
+    "ffn.gate.0.weight": "layer.1.DenseReluDense.wi_0.weight",
+    "ffn.fc1.weight": "layer.1.DenseReluDense.wi_1.weight",
+    "ffn.fc2.weight": "layer.1.DenseReluDense.wo.weight",
 }
 
 
@@ -41,8 +45,9 @@ def _require_transformers():
     try:
         import transformers
     except ImportError as e:  # optional dependency: pip install comfyui-inferix[text]
-        raise BackendUnavailableError("the umT5 text encoder needs `transformers` and `sentencepiece` "
-                                      "(pip install 'comfyui-inferix[text]')") from e
+        raise BackendUnavailableError(
+            "the umT5 text encoder needs `transformers` and `sentencepiece` (pip install 'comfyui-inferix[text]')"
+        ) from e
     return transformers
 
 
@@ -64,8 +69,10 @@ def dequantize(sd: dict[str, Tensor], dtype: torch.dtype, device: torch.device |
         if base is not None and base in scales:
             scale = scales[base].float()
             if scale.numel() not in (1, value.shape[0]):
-                raise CheckpointLayoutError(f"'{key}': block-wise scale of shape {list(scale.shape)} is not supported; "
-                                            f"expected one scale per tensor or per output row")
+                raise CheckpointLayoutError(
+                    f"'{key}': block-wise scale of shape {list(scale.shape)} is not supported; "
+                    f"expected one scale per tensor or per output row"
+                )
             value = value.float() * (scale.reshape(-1, *([1] * (value.ndim - 1))) if scale.numel() > 1 else scale)
         out[key] = value.to(device=device, dtype=dtype if value.is_floating_point() else value.dtype)
     return out
@@ -81,7 +88,9 @@ def convert_wan_native(sd: Mapping[str, Tensor]) -> dict[str, Tensor]:
             out["encoder.final_layer_norm.weight"] = value
         elif m := re.match(r"blocks\.(\d+)\.(.+)$", key):
             if m[2] not in _WAN_BLOCK:
-                raise CheckpointLayoutError(f"unknown Wan T5 key '{key}'; expected one of {sorted(_WAN_BLOCK)} per block")
+                raise CheckpointLayoutError(
+                    f"unknown Wan T5 key '{key}'; expected one of {sorted(_WAN_BLOCK)} per block"
+                )
             out[f"encoder.block.{m[1]}.{_WAN_BLOCK[m[2]]}"] = value
         else:
             raise CheckpointLayoutError(f"unknown Wan T5 key '{key}'")
@@ -95,9 +104,11 @@ def _is_tokenizer_key(key: str) -> bool:
 def to_hf_layout(sd: Mapping[str, Tensor], source: str) -> tuple[dict[str, Tensor], str]:
     """Detect the layout (ComfyUI/HF, optionally prefixed; Wan native) and return HF-named tensors."""
     for probe, layout in ((HF_PROBE, "comfyui"), (WAN_PROBE, "wan")):
-        prefix = next((k[: -len(probe)] for k in sd if k.endswith(probe) and (k == probe or k[-len(probe) - 1] == ".")), None)
+        prefix = next(
+            (k[: -len(probe)] for k in sd if k.endswith(probe) and (k == probe or k[-len(probe) - 1] == ".")), None
+        )
         if prefix is not None:
-            tensors = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix) and not _is_tokenizer_key(k)}
+            tensors = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix) and not _is_tokenizer_key(k)}
             tensors.pop("encoder.embed_tokens.weight", None)  # tied to shared.weight
             return (convert_wan_native(tensors) if layout == "wan" else tensors), layout
     keys = [k for k in sd if not _is_tokenizer_key(k)]
@@ -115,11 +126,19 @@ def umt5_config_from_state_dict(sd: Mapping[str, Tensor], **overrides):
     num_layers = 1 + max(int(m[1]) for k in sd if (m := re.match(r"encoder\.block\.(\d+)\.", k)))
     num_heads = int(rel.shape[1])
     kwargs = dict(
-        vocab_size=int(sd["shared.weight"].shape[0]), d_model=int(sd["shared.weight"].shape[1]),
-        d_kv=int(sd[HF_PROBE].shape[0]) // num_heads, d_ff=int(sd["encoder.block.0.layer.1.DenseReluDense.wi_0.weight"].shape[0]),
-        num_layers=num_layers, num_heads=num_heads, relative_attention_num_buckets=int(rel.shape[0]),
-        relative_attention_max_distance=128, feed_forward_proj="gated-gelu", layer_norm_epsilon=1e-6,
-        is_encoder_decoder=False, use_cache=False, tie_word_embeddings=True,
+        vocab_size=int(sd["shared.weight"].shape[0]),
+        d_model=int(sd["shared.weight"].shape[1]),
+        d_kv=int(sd[HF_PROBE].shape[0]) // num_heads,
+        d_ff=int(sd["encoder.block.0.layer.1.DenseReluDense.wi_0.weight"].shape[0]),
+        num_layers=num_layers,
+        num_heads=num_heads,
+        relative_attention_num_buckets=int(rel.shape[0]),
+        relative_attention_max_distance=128,
+        feed_forward_proj="gated-gelu",
+        layer_norm_epsilon=1e-6,
+        is_encoder_decoder=False,
+        use_cache=False,
+        tie_word_embeddings=True,
     )
     kwargs.update(overrides)
     return transformers.UMT5Config(**kwargs)
@@ -159,8 +178,14 @@ class HFTokenizer:
         self.tok = _require_transformers().AutoTokenizer.from_pretrained(str(folder))
 
     def __call__(self, texts: Sequence[str], length: int) -> tuple[Tensor, Tensor]:
-        enc = self.tok(list(texts), padding="max_length", truncation=True, max_length=length,
-                       add_special_tokens=True, return_tensors="pt")
+        enc = self.tok(
+            list(texts),
+            padding="max_length",
+            truncation=True,
+            max_length=length,
+            add_special_tokens=True,
+            return_tensors="pt",
+        )
         return enc["input_ids"], enc["attention_mask"]
 
 
@@ -200,8 +225,14 @@ class UMT5TextEncoder:
         return self.model.shared.weight.device
 
     @classmethod
-    def load(cls, path: str | Path, tokenizer: str | Path | None = None, text_len: int = 512,
-             device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> UMT5TextEncoder:
+    def load(
+        cls,
+        path: str | Path,
+        tokenizer: str | Path | None = None,
+        text_len: int = 512,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> UMT5TextEncoder:
         """A ComfyUI/Wan weights file, or a Hugging Face folder (`config.json` + weights)."""
         path = Path(path)
         if path.is_dir():
@@ -209,8 +240,14 @@ class UMT5TextEncoder:
         return cls.from_file(path, tokenizer, text_len, device, dtype)
 
     @classmethod
-    def from_file(cls, path: str | Path, tokenizer: str | Path | None = None, text_len: int = 512,
-                  device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> UMT5TextEncoder:
+    def from_file(
+        cls,
+        path: str | Path,
+        tokenizer: str | Path | None = None,
+        text_len: int = 512,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> UMT5TextEncoder:
         """Load a single weights file; the tokenizer comes from the file's `spiece_model` unless given."""
         from ..vae.checkpoint import read_state_dict
 
@@ -224,8 +261,10 @@ class UMT5TextEncoder:
         elif embedded is not None:
             tok = SentencePieceTokenizer(raw[embedded].cpu().numpy().tobytes())
         else:
-            raise MissingFileError(f"'{path.name}' has no embedded '{TOKENIZER_KEY}'; pass tokenizer= (a spiece.model "
-                                   f"or the google/umt5-xxl tokenizer folder)")
+            raise MissingFileError(
+                f"'{path.name}' has no embedded '{TOKENIZER_KEY}'; pass tokenizer= (a spiece.model "
+                f"or the google/umt5-xxl tokenizer folder)"
+            )
         del raw  # `sd` holds the only references now, and dequantize releases them one by one
         sd = dequantize(sd, dtype, device)
         config = umt5_config_from_state_dict(sd)
@@ -234,16 +273,30 @@ class UMT5TextEncoder:
         result = model.load_state_dict(sd, strict=False, assign=True)
         missing = [k for k in result.missing_keys if k != "encoder.embed_tokens.weight"]
         if missing or result.unexpected_keys:
-            raise CheckpointLayoutError(f"'{path.name}' ({layout} layout) does not match UMT5 with {config.num_layers} "
-                                        f"layers: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
+            raise CheckpointLayoutError(
+                f"'{path.name}' ({layout} layout) does not match UMT5 with {config.num_layers} "
+                f"layers: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
+            )
         model.tie_weights()
-        logger.info("loaded umT5 from %s (%s layout, %d layers, d_model %d, %s)", path.name, layout,
-                    config.num_layers, config.d_model, dtype)
+        logger.info(
+            "loaded umT5 from %s (%s layout, %d layers, d_model %d, %s)",
+            path.name,
+            layout,
+            config.num_layers,
+            config.d_model,
+            dtype,
+        )
         return cls(model, tok, text_len)
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, tokenizer: str | Path | None = None, text_len: int = 512,
-                        device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> UMT5TextEncoder:
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        tokenizer: str | Path | None = None,
+        text_len: int = 512,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> UMT5TextEncoder:
         """A Hugging Face folder; the tokenizer is looked up in `tokenizer`, the folder, or `../tokenizer`."""
         transformers = _require_transformers()
         folder = Path(folder)

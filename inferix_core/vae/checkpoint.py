@@ -49,15 +49,26 @@ def _find_prefix(keys: list[str], probe: str) -> str | None:
 
 
 def _strip(sd: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
-    return {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
 
 
-_DIFFUSERS_RESNET = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6",
-                     "conv_shortcut": "shortcut"}
-_DIFFUSERS_FIXED = {"quant_conv": "conv1", "post_quant_conv": "conv2", "encoder.conv_in": "encoder.conv1",
-                    "decoder.conv_in": "decoder.conv1", "encoder.norm_out": "encoder.head.0",
-                    "encoder.conv_out": "encoder.head.2", "decoder.norm_out": "decoder.head.0",
-                    "decoder.conv_out": "decoder.head.2"}
+_DIFFUSERS_RESNET = {
+    "norm1": "residual.0",
+    "conv1": "residual.2",
+    "norm2": "residual.3",
+    "conv2": "residual.6",
+    "conv_shortcut": "shortcut",
+}
+_DIFFUSERS_FIXED = {
+    "quant_conv": "conv1",
+    "post_quant_conv": "conv2",
+    "encoder.conv_in": "encoder.conv1",
+    "decoder.conv_in": "decoder.conv1",
+    "encoder.norm_out": "encoder.head.0",
+    "encoder.conv_out": "encoder.head.2",
+    "decoder.norm_out": "decoder.head.0",
+    "decoder.conv_out": "decoder.head.2",
+}
 
 
 def convert_diffusers(sd: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -67,14 +78,15 @@ def convert_diffusers(sd: Mapping[str, Tensor]) -> dict[str, Tensor]:
     `up_blocks.{b}.resnets.{r}` / `.upsamplers.0` flatten to `upsamples.{b·(R+1) + r}` with R resnets per
     block. Attention inside up blocks (not used by Wan 2.1) is not mapped and is reported as unknown.
     """
-    num_resnets = 1 + max((int(m.group(1)) for k in sd if (m := re.match(r"decoder\.up_blocks\.\d+\.resnets\.(\d+)\.", k))),
-                          default=-1)
+    num_resnets = 1 + max(
+        (int(m.group(1)) for k in sd if (m := re.match(r"decoder\.up_blocks\.\d+\.resnets\.(\d+)\.", k))), default=-1
+    )
     out: dict[str, Tensor] = {}
     for key, value in sd.items():
         new = key
         for old, canon in _DIFFUSERS_FIXED.items():
             if key.startswith(old + "."):
-                new = canon + key[len(old):]
+                new = canon + key[len(old) :]
                 break
         else:
             if m := re.match(r"(encoder|decoder)\.mid_block\.resnets\.(\d)\.(\w+)\.(.+)$", key):

@@ -100,8 +100,13 @@ class WanVAEConfig:
             if m is None:
                 continue
             idx, rest = int(m.group(1)), m.group(2)
-            kind = "res" if rest.startswith(("residual.", "shortcut.")) else "attn" if rest.startswith(
-                ("to_qkv.", "proj.", "norm.")) else "resample"
+            kind = (
+                "res"
+                if rest.startswith(("residual.", "shortcut."))
+                else "attn"
+                if rest.startswith(("to_qkv.", "proj.", "norm."))
+                else "resample"
+            )
             kinds[idx] = kind
         if sorted(kinds) != list(range(len(kinds))) or not kinds:
             raise CheckpointLayoutError(f"encoder.downsamples indices are not contiguous: {sorted(kinds)}")
@@ -119,15 +124,25 @@ class WanVAEConfig:
                 stage_attn.append(False)
         num_res = {len(s) for s in stages}
         if len(num_res) != 1:
-            raise CheckpointLayoutError(f"encoder stages have different residual block counts: {[len(s) for s in stages]}")
+            raise CheckpointLayoutError(
+                f"encoder stages have different residual block counts: {[len(s) for s in stages]}"
+            )
         dim_mult = tuple(int(sd[f"encoder.downsamples.{s[-1]}.residual.6.weight"].shape[0]) // dim for s in stages)
         attn_scales = tuple(1.0 / 2**i for i, has in enumerate(stage_attn) if has)
-        return cls(dim=dim, z_dim=z_dim, dim_mult=dim_mult, num_res_blocks=num_res.pop(), attn_scales=attn_scales,
-                   temporal_downsample=tuple(temporal), **overrides)
+        return cls(
+            dim=dim,
+            z_dim=z_dim,
+            dim_mult=dim_mult,
+            num_res_blocks=num_res.pop(),
+            attn_scales=attn_scales,
+            temporal_downsample=tuple(temporal),
+            **overrides,
+        )
 
 
-def wan_decode_working_set_bytes(dim: int, latent_h: int, latent_w: int, latent_frames: int, batch: int,
-                                 elem_bytes: int) -> int:
+def wan_decode_working_set_bytes(
+    dim: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int
+) -> int:
     """Estimated GPU bytes a streamed Wan VAE decode of `latent_frames` needs beyond its weights.
 
     8 live activations of `dim` channels per output pixel and frame (4 frames per latent frame; the
@@ -173,8 +188,7 @@ class VAEDecodeOptions:
     @classmethod
     def fast(cls, compile: bool = False) -> VAEDecodeOptions:
         """Every option that needs no compiler (plus `compile` when asked)."""
-        return cls(channels_last=True, cudnn_benchmark=True, fused_cache=True, subpixel_upsample=True,
-                   compile=compile)
+        return cls(channels_last=True, cudnn_benchmark=True, fused_cache=True, subpixel_upsample=True, compile=compile)
 
     @property
     def fused(self) -> bool:

@@ -56,8 +56,14 @@ class CausalConv3d(nn.Conv3d):
 
     cache_key: str = ""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int, int],
-                 stride: int | tuple[int, int, int] = 1, padding: int | tuple[int, int, int] = 0) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int, int],
+        stride: int | tuple[int, int, int] = 1,
+        padding: int | tuple[int, int, int] = 0,
+    ) -> None:
         kt, kh, kw = (kernel_size,) * 3 if isinstance(kernel_size, int) else kernel_size
         pt, ph, pw = (padding,) * 3 if isinstance(padding, int) else padding
         super().__init__(in_channels, out_channels, (kt, kh, kw), stride, padding=(0, ph, pw))
@@ -75,7 +81,7 @@ class CausalConv3d(nn.Conv3d):
     def forward_padded(self, x: Tensor, cache: CausalConvCache | None) -> Tensor:
         """Conv over x (B, C, k−1+T, H, W) that already holds the history frames in front; caches its tail."""
         if cache is not None and self.history_frames:
-            cache.frames[self.cache_key] = x[:, :, -self.history_frames:].clone()
+            cache.frames[self.cache_key] = x[:, :, -self.history_frames :].clone()
         return super().forward(x)
 
 
@@ -119,8 +125,9 @@ def _compiled(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return _COMPILED[name]
 
 
-def norm_silu_padded(x: Tensor, norm: RMSNorm, conv: CausalConv3d, cache: CausalConvCache | None,
-                     opts: VAEDecodeOptions) -> Tensor:
+def norm_silu_padded(
+    x: Tensor, norm: RMSNorm, conv: CausalConv3d, cache: CausalConvCache | None, opts: VAEDecodeOptions
+) -> Tensor:
     """conv's input buffer (B, C, k−1+T, H, W): its cached history frames, then silu(norm(x)).
 
     The reference computes norm → SiLU → `torch.cat([history, ·])`, a full-size copy per pass; here
@@ -172,10 +179,14 @@ class ResidualBlock(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
         super().__init__()
-        self.residual = nn.ModuleDict({
-            "0": RMSNorm(in_dim, 3), "2": CausalConv3d(in_dim, out_dim, 3, padding=1),
-            "3": RMSNorm(out_dim, 3), "6": CausalConv3d(out_dim, out_dim, 3, padding=1),
-        })
+        self.residual = nn.ModuleDict(
+            {
+                "0": RMSNorm(in_dim, 3),
+                "2": CausalConv3d(in_dim, out_dim, 3, padding=1),
+                "3": RMSNorm(out_dim, 3),
+                "6": CausalConv3d(out_dim, out_dim, 3, padding=1),
+            }
+        )
         self.shortcut = CausalConv3d(in_dim, out_dim, 1) if in_dim != out_dim else None
 
     def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
@@ -287,7 +298,7 @@ class Upsample(nn.Module):
         for a in (0, 1):
             for b in (0, 1):
                 p = 2 * a + b
-                phases[:, :, :, a, :, b].copy_(z[:, p * c_out:(p + 1) * c_out, a:a + H, b:b + W])
+                phases[:, :, :, a, :, b].copy_(z[:, p * c_out : (p + 1) * c_out, a : a + H, b : b + W])
         return out
 
     def _subpixel_params(self, fmt: torch.memory_format) -> tuple[Tensor, Tensor | None]:
@@ -332,7 +343,7 @@ class Downsample(nn.Module):
             pending = cache.frames[self.cache_key]
         seq = torch.cat([pending, x], dim=2)
         num_windows = (seq.shape[2] - 1) // 2
-        cache.frames[self.cache_key] = seq[:, :, 2 * num_windows:].clone()
+        cache.frames[self.cache_key] = seq[:, :, 2 * num_windows :].clone()
         if num_windows == 0:
             return head
         y = self.time_conv(seq[:, :, : 2 * num_windows + 1])  # (B, C, num_windows, H, W)

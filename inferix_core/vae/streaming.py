@@ -42,8 +42,9 @@ class DecodeState:
     frames_to_drop: int = 0
 
     def fork(self) -> DecodeState:
-        return DecodeState({k: c.fork() for k, c in self.caches.items()}, self.latent_frames_in, self.frames_out,
-                           self.frames_to_drop)
+        return DecodeState(
+            {k: c.fork() for k, c in self.caches.items()}, self.latent_frames_in, self.frames_out, self.frames_to_drop
+        )
 
     def nbytes(self) -> int:
         """Memory held by the caches: 3.5 GiB in fp32 (1.8 GiB in bf16) for the real VAE at 480x832.
@@ -110,8 +111,15 @@ class StreamDecoder:
             With `channels_last`, the VAE's decoder weights are converted once, here.
     """
 
-    def __init__(self, vae: WanVAE, *, latent_frames_per_step: int | None = None, tiling: SpatialTiling | None = None,
-                 zero_cache_demo: bool = False, options: VAEDecodeOptions | None = None) -> None:
+    def __init__(
+        self,
+        vae: WanVAE,
+        *,
+        latent_frames_per_step: int | None = None,
+        tiling: SpatialTiling | None = None,
+        zero_cache_demo: bool = False,
+        options: VAEDecodeOptions | None = None,
+    ) -> None:
         self.vae = vae
         self.latent_frames_per_step = latent_frames_per_step
         self.tiling = tiling
@@ -139,8 +147,9 @@ class StreamDecoder:
         state = self.state.fork()
         if self.tiling is None:
             cache = state.caches.get((0, 0)) or self._new_cache()
-            pixels, state.caches[(0, 0)] = self.vae.decode_step(latents, cache, self.latent_frames_per_step,
-                                                                self.options)
+            pixels, state.caches[(0, 0)] = self.vae.decode_step(
+                latents, cache, self.latent_frames_per_step, self.options
+            )
         else:
             pixels = self._decode_tiled(latents, state)
         if self.zero_cache_demo:
@@ -161,8 +170,9 @@ class StreamDecoder:
             for tx in tiling.starts(w):
                 y1, x1 = min(ty + tiling.tile_latent, h), min(tx + tiling.tile_latent, w)
                 cache = state.caches.get((ty, tx)) or self._new_cache()
-                tile, state.caches[(ty, tx)] = self.vae.decode_step(latents[..., ty:y1, tx:x1], cache,
-                                                                    self.latent_frames_per_step, self.options)
+                tile, state.caches[(ty, tx)] = self.vae.decode_step(
+                    latents[..., ty:y1, tx:x1], cache, self.latent_frames_per_step, self.options
+                )
                 wy = _ramp(tile.shape[-2], ty, y1, h, tiling.overlap_latent, scale)
                 wx = _ramp(tile.shape[-1], tx, x1, w, tiling.overlap_latent, scale)
                 mask = (wy[:, None] * wx[None, :]).to(tile)  # (tile H, tile W)
@@ -170,8 +180,8 @@ class StreamDecoder:
                     B, C, T = tile.shape[:3]
                     out = tile.new_zeros(B, C, T, h * scale, w * scale)
                     weight = tile.new_zeros(h * scale, w * scale)
-                out[..., ty * scale:y1 * scale, tx * scale:x1 * scale] += tile * mask
-                weight[ty * scale:y1 * scale, tx * scale:x1 * scale] += mask
+                out[..., ty * scale : y1 * scale, tx * scale : x1 * scale] += tile * mask
+                weight[ty * scale : y1 * scale, tx * scale : x1 * scale] += mask
         return out / weight
 
 

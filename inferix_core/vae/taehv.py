@@ -79,9 +79,15 @@ class TAEHVConfig:
         for k in range(3):
             if sum(grow) > target and grow[k]:
                 grow[k] = False
-        return cls(latent_channels=int(sd["decoder.1.weight"].shape[1]), patch_size=patch, decoder_channels=n,
-                   encoder_channels=enc_width, decoder_time_upscale=tuple(grow), encoder_time_downscale=enc_down,
-                   has_encoder=has_encoder)
+        return cls(
+            latent_channels=int(sd["decoder.1.weight"].shape[1]),
+            patch_size=patch,
+            decoder_channels=n,
+            encoder_channels=enc_width,
+            decoder_time_upscale=tuple(grow),
+            encoder_time_downscale=enc_down,
+            has_encoder=has_encoder,
+        )
 
 
 def _conv(n_in: int, n_out: int, **kwargs) -> nn.Conv2d:
@@ -100,7 +106,9 @@ class MemoryBlock(nn.Module):
 
     def __init__(self, n_in: int, n_out: int) -> None:
         super().__init__()
-        self.conv = nn.Sequential(_conv(2 * n_in, n_out), nn.ReLU(), _conv(n_out, n_out), nn.ReLU(), _conv(n_out, n_out))
+        self.conv = nn.Sequential(
+            _conv(2 * n_in, n_out), nn.ReLU(), _conv(n_out, n_out), nn.ReLU(), _conv(n_out, n_out)
+        )
         self.skip = nn.Conv2d(n_in, n_out, 1, bias=False) if n_in != n_out else nn.Identity()
 
     def forward(self, x: Tensor, past: Tensor) -> Tensor:  # both (B·T, C, H, W)
@@ -168,15 +176,21 @@ class TAEHV(nn.Module):
         dec: list[nn.Module] = [_SoftClamp(), _conv(config.latent_channels, n[0]), nn.ReLU()]
         for k in range(3):
             dec += [MemoryBlock(n[k], n[k]) for _ in range(3)]
-            dec += [nn.Upsample(scale_factor=2 if config.decoder_space_upscale[k] else 1),
-                    TemporalGrow(n[k], 2 if config.decoder_time_upscale[k] else 1), _conv(n[k], n[k + 1], bias=False)]
+            dec += [
+                nn.Upsample(scale_factor=2 if config.decoder_space_upscale[k] else 1),
+                TemporalGrow(n[k], 2 if config.decoder_time_upscale[k] else 1),
+                _conv(n[k], n[k + 1], bias=False),
+            ]
         dec += [nn.ReLU(), _conv(n[3], img)]
         self.decoder = nn.ModuleList(dec)
         if config.has_encoder:
             e = config.encoder_channels
             enc: list[nn.Module] = [_conv(img, e), nn.ReLU()]
             for k in range(3):
-                enc += [TemporalPool(e, 2 if config.encoder_time_downscale[k] else 1), _conv(e, e, stride=2, bias=False)]
+                enc += [
+                    TemporalPool(e, 2 if config.encoder_time_downscale[k] else 1),
+                    _conv(e, e, stride=2, bias=False),
+                ]
                 enc += [MemoryBlock(e, e) for _ in range(3)]
             enc.append(_conv(e, config.latent_channels))
             self.encoder = nn.ModuleList(enc)
@@ -190,21 +204,30 @@ class TAEHV(nn.Module):
                 f"'{source}' is not a TAEHV checkpoint: found {len(keys)} keys ({', '.join(keys[:5])} ...) but no "
                 f"'{DECODER_PROBE}'. Expected the published taehv layout (e.g. taew2_1.safetensors / taew2_1.pth)."
             )
-        sd = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+        sd = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
         model = cls(TAEHVConfig.from_state_dict(sd))
         expected = model.state_dict()
         for key, value in expected.items():  # stride-1 grow stored with stride-2 rows: keep the last rows
-            if key in sd and key.endswith(".conv.weight") and sd[key].shape[0] > value.shape[0] and sd[key].shape[1:] == value.shape[1:]:
-                sd[key] = sd[key][-value.shape[0]:]
+            if (
+                key in sd
+                and key.endswith(".conv.weight")
+                and sd[key].shape[0] > value.shape[0]
+                and sd[key].shape[1:] == value.shape[1:]
+            ):
+                sd[key] = sd[key][-value.shape[0] :]
         missing, unexpected = sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected))
         if missing or unexpected:
-            raise CheckpointLayoutError(f"'{source}': TAEHV weights do not match {model.config}: missing {missing[:5]}, "
-                                        f"unexpected {unexpected[:5]}")
+            raise CheckpointLayoutError(
+                f"'{source}': TAEHV weights do not match {model.config}: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
         model.load_state_dict({k: v.float() for k, v in sd.items()})
         return model
 
     @classmethod
-    def from_file(cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> TAEHV:
+    def from_file(
+        cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> TAEHV:
         model = cls.from_state_dict(read_state_dict(path), source=Path(path).name)
         logger.info("loaded TAEHV preview decoder from %s (%s)", path, model.config)
         return model.to(device=device, dtype=dtype).eval()
@@ -215,7 +238,9 @@ class TAEHV(nn.Module):
 
     def _decode_frames(self, latents: Tensor, state: TAEHVState | None) -> Tensor:
         if latents.ndim != 5 or latents.shape[1] != self.config.latent_channels:
-            raise ShapeMismatchError(f"latents must be [B, {self.config.latent_channels}, f, h, w], got {list(latents.shape)}")
+            raise ShapeMismatchError(
+                f"latents must be [B, {self.config.latent_channels}, f, h, w], got {list(latents.shape)}"
+            )
         x = _run_frames(self.decoder, latents.transpose(1, 2).to(self.dtype), state)  # (B, T, 3·p², H, W)
         if self.config.patch_size > 1:
             x = F.pixel_shuffle(x.flatten(0, 1), self.config.patch_size).unflatten(0, x.shape[:2])
@@ -224,7 +249,7 @@ class TAEHV(nn.Module):
     @torch.no_grad()
     def decode(self, latents: Tensor) -> Tensor:
         """Normalised latents (B, C, F, h, w) → pixels (B, 3, 1 + 4·(F − 1), H, W) in [-1, 1]."""
-        return self._decode_frames(latents, None)[:, :, self.config.frames_to_trim:]
+        return self._decode_frames(latents, None)[:, :, self.config.frames_to_trim :]
 
     @torch.no_grad()
     def encode(self, video: Tensor) -> Tensor:
@@ -265,8 +290,12 @@ class TAEHVStreamDecoder:
         return pixels
 
 
-def load_preview_decoder(path: str | Path | None, full_vae: nn.Module | None = None,
-                         device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_preview_decoder(
+    path: str | Path | None,
+    full_vae: nn.Module | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> nn.Module:
     """The TAEHV decoder at `path`, or `full_vae` (logged) when no file is given or it does not exist.
 
     Both returned kinds offer `decode(latents)` and `stream_decoder().decode(block)` with the same
@@ -276,7 +305,9 @@ def load_preview_decoder(path: str | Path | None, full_vae: nn.Module | None = N
         return TAEHV.from_file(path, device=device, dtype=dtype)
     reason = "no preview decoder file given" if path is None else f"preview decoder file '{path}' not found"
     if full_vae is None:
-        raise MissingFileError(f"{reason}, and no full VAE to fall back to. Put taew2_1.safetensors in models/vae_approx "
-                               f"or pass the Wan VAE.")
+        raise MissingFileError(
+            f"{reason}, and no full VAE to fall back to. Put taew2_1.safetensors in models/vae_approx "
+            f"or pass the Wan VAE."
+        )
     logger.info("%s; previews use the full Wan VAE (slower, exact)", reason)
     return full_vae

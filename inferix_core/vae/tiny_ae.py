@@ -175,7 +175,9 @@ class TinyCausalAE(nn.Module):
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
-    def from_file(cls, path: str | Path, config: TinyAEConfig | dict | None = None, device: str = "cpu") -> TinyCausalAE:
+    def from_file(
+        cls, path: str | Path, config: TinyAEConfig | dict | None = None, device: str = "cpu"
+    ) -> TinyCausalAE:
         """Load weights; the config comes from the argument or the file's `config` metadata."""
         from safetensors import safe_open
         from safetensors.torch import load_file

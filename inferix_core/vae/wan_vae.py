@@ -91,8 +91,9 @@ class Encoder3d(nn.Module):
                 layers.append(Downsample(out_dim, temporal=cfg.temporal_downsample[i]))
                 scale /= 2.0
         self.downsamples = nn.ModuleList(layers)
-        self.middle = nn.ModuleList([ResidualBlock(dims[-1], dims[-1]), AttentionBlock(dims[-1]),
-                                     ResidualBlock(dims[-1], dims[-1])])
+        self.middle = nn.ModuleList(
+            [ResidualBlock(dims[-1], dims[-1]), AttentionBlock(dims[-1]), ResidualBlock(dims[-1], dims[-1])]
+        )
         self.head = _Head(dims[-1], 2 * cfg.z_dim)
 
     def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
@@ -111,8 +112,9 @@ class Decoder3d(nn.Module):
         dims = [cfg.dim * m for m in (mults[0], *mults)]
         temporal_upsample = cfg.temporal_downsample[::-1]
         self.conv1 = CausalConv3d(cfg.z_dim, dims[0], 3, padding=1)
-        self.middle = nn.ModuleList([ResidualBlock(dims[0], dims[0]), AttentionBlock(dims[0]),
-                                     ResidualBlock(dims[0], dims[0])])
+        self.middle = nn.ModuleList(
+            [ResidualBlock(dims[0], dims[0]), AttentionBlock(dims[0]), ResidualBlock(dims[0], dims[0])]
+        )
         layers: list[nn.Module] = []
         scale = 1.0 / 2 ** (len(cfg.dim_mult) - 2)
         in_dim = dims[0]
@@ -175,8 +177,11 @@ class WanVAE(nn.Module):
         expected = model.state_dict()
         missing = sorted(set(expected) - set(sd))
         unexpected = sorted(set(sd) - set(expected))
-        wrong = [f"{k} {tuple(sd[k].shape)} (expected {tuple(v.shape)})"
-                 for k, v in expected.items() if k in sd and sd[k].shape != v.shape]
+        wrong = [
+            f"{k} {tuple(sd[k].shape)} (expected {tuple(v.shape)})"
+            for k, v in expected.items()
+            if k in sd and sd[k].shape != v.shape
+        ]
         if missing or unexpected or wrong:
             raise CheckpointLayoutError(
                 f"{source}: Wan VAE weights do not match the architecture inferred from them "
@@ -187,13 +192,15 @@ class WanVAE(nn.Module):
         return model
 
     @classmethod
-    def from_file(cls, path: str | Path, device: torch.device | str = "cpu",
-                  dtype: torch.dtype = torch.float32) -> WanVAE:
+    def from_file(
+        cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> WanVAE:
         """Load ComfyUI `models/vae/wan_2.1_vae.safetensors`, `Wan2.1_VAE.pth`, diffusers or fixture weights."""
         sd, layout = load_vae_state_dict(path)
         model = cls.from_state_dict(sd, source=str(path))
-        logger.info("loaded Wan VAE from %s (%s layout, dim %d, z_dim %d)", path, layout, model.config.dim,
-                    model.config.z_dim)
+        logger.info(
+            "loaded Wan VAE from %s (%s layout, dim %d, z_dim %d)", path, layout, model.config.dim, model.config.z_dim
+        )
         return model.to(device=device, dtype=dtype).eval()
 
     # ---- normalisation ------------------------------------------------------------------------
@@ -227,8 +234,7 @@ class WanVAE(nn.Module):
         Channels-last convs want channels-last weights, else cuDNN converts them on every call. The
         conversion is in place and only changes strides, never values.
         """
-        if not options.channels_last or self.decoder.head[2].weight.is_contiguous(
-                memory_format=torch.channels_last_3d):
+        if not options.channels_last or self.decoder.head[2].weight.is_contiguous(memory_format=torch.channels_last_3d):
             return
         for module in (self.conv2, *self.decoder.modules()):
             if isinstance(module, nn.Conv3d | nn.Conv2d):
@@ -236,8 +242,13 @@ class WanVAE(nn.Module):
                 module.weight.data = module.weight.data.contiguous(memory_format=fmt)
 
     @torch.no_grad()
-    def decode_step(self, z: Tensor, cache: CausalConvCache, latent_frames_per_step: int | None = None,
-                    options: VAEDecodeOptions | None = None) -> tuple[Tensor, CausalConvCache]:
+    def decode_step(
+        self,
+        z: Tensor,
+        cache: CausalConvCache,
+        latent_frames_per_step: int | None = None,
+        options: VAEDecodeOptions | None = None,
+    ) -> tuple[Tensor, CausalConvCache]:
         """Decode normalised latents (B, z_dim, f, h, w) given the cache of everything decoded before.
 
         Returns the new pixel frames (B, 3, T, 8h, 8w) in [-1, 1] (not clamped) and the advanced cache;
@@ -254,7 +265,7 @@ class WanVAE(nn.Module):
             x = x.contiguous(memory_format=torch.channels_last_3d)
         step = latent_frames_per_step or x.shape[2]
         with _cudnn_benchmark(opts is not None and opts.cudnn_benchmark):
-            outs = [self.decoder(x[:, :, i:i + step], cache, opts) for i in range(0, x.shape[2], step)]
+            outs = [self.decoder(x[:, :, i : i + step], cache, opts) for i in range(0, x.shape[2], step)]
         if len(outs) == 1:
             return outs[0], cache
         return torch.cat(outs, dim=2) if outs else x.new_zeros(x.shape[0], 3, 0, 1, 1), cache
@@ -273,8 +284,9 @@ class WanVAE(nn.Module):
         return self.normalise(mu), cache
 
     # ---- whole-sequence API -------------------------------------------------------------------
-    def decode(self, z: Tensor, latent_frames_per_step: int | None = 1,
-               options: VAEDecodeOptions | None = None) -> Tensor:
+    def decode(
+        self, z: Tensor, latent_frames_per_step: int | None = 1, options: VAEDecodeOptions | None = None
+    ) -> Tensor:
         """Full causal decode of normalised latents (B, z_dim, F, h, w) → pixels (B, 3, 1 + 4(F−1), 8h, 8w)."""
         options = self.decode_options if options is None else options
         pixels, _ = self.decode_step(z, CausalConvCache(), latent_frames_per_step, options)

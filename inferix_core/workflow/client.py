@@ -36,7 +36,7 @@ class PromptRun:
     """The outcome of one queued prompt."""
 
     prompt_id: str
-    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)   # node id → its ui dict
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id → its ui dict
     status: str = "success"
 
 
@@ -62,8 +62,9 @@ class ComfyClient:
 
     def _request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+        req = urllib.request.Request(
+            self.server + path, data=data, method=method, headers={"Content-Type": "application/json"} if data else {}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.request_timeout_s) as resp:
                 return resp.status, resp.read()
@@ -71,8 +72,10 @@ class ComfyClient:
             return exc.code, exc.read()
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ServerError(f"cannot reach the ComfyUI server at {self.server} ({reason}). Is it running? "
-                              "Start it with `python main.py --listen 127.0.0.1 --port 8188`, or pass --server.") from exc
+            raise ServerError(
+                f"cannot reach the ComfyUI server at {self.server} ({reason}). Is it running? "
+                "Start it with `python main.py --listen 127.0.0.1 --port 8188`, or pass --server."
+            ) from exc
 
     def _get_json(self, path: str) -> Any:
         status, raw = self._request("GET", path)
@@ -111,8 +114,13 @@ class ComfyClient:
 
     def download(self, entry: Mapping[str, Any], dest_dir: Path) -> Path:
         """Fetch one output file through `/view` into dest_dir/subfolder/filename."""
-        query = urllib.parse.urlencode({"filename": entry["filename"], "subfolder": entry.get("subfolder", ""),
-                                        "type": entry.get("type", "output")})
+        query = urllib.parse.urlencode(
+            {
+                "filename": entry["filename"],
+                "subfolder": entry.get("subfolder", ""),
+                "type": entry.get("type", "output"),
+            }
+        )
         dest = dest_dir / str(entry.get("subfolder") or "") / str(entry["filename"])
         dest.parent.mkdir(parents=True, exist_ok=True)
         req = urllib.request.Request(f"{self.server}/view?{query}")
@@ -135,14 +143,20 @@ class ComfyClient:
             return None
         url = self.server.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         try:
-            return websocket.create_connection(f"{url}/ws?clientId={urllib.parse.quote(client_id)}",
-                                               timeout=self.request_timeout_s)
+            return websocket.create_connection(
+                f"{url}/ws?clientId={urllib.parse.quote(client_id)}", timeout=self.request_timeout_s
+            )
         except Exception as exc:
             log.warning("could not open the websocket (%s); following progress by polling /history", exc)
             return None
 
-    def wait(self, prompt_id: str, ws: Any | None, timeout_s: float | None = None,
-             on_progress: Callable[[ProgressEvent], None] | None = None) -> PromptRun:
+    def wait(
+        self,
+        prompt_id: str,
+        ws: Any | None,
+        timeout_s: float | None = None,
+        on_progress: Callable[[ProgressEvent], None] | None = None,
+    ) -> PromptRun:
         """Block until `prompt_id` finishes; return its outputs.
 
         Raises:
@@ -160,8 +174,9 @@ class ComfyClient:
             _check_deadline(deadline, prompt_id)
             time.sleep(POLL_SECONDS)
 
-    def _follow_websocket(self, prompt_id: str, ws: Any, deadline: float | None,
-                          on_progress: Callable[[ProgressEvent], None] | None) -> None:
+    def _follow_websocket(
+        self, prompt_id: str, ws: Any, deadline: float | None, on_progress: Callable[[ProgressEvent], None] | None
+    ) -> None:
         import websocket
 
         while True:
@@ -189,8 +204,9 @@ class ComfyClient:
             elif kind == "execution_error":
                 raise WorkflowError(format_execution_error(data), node_id=data.get("node_id"))
             elif kind == "execution_interrupted":
-                raise InterruptedError_(f"the run was interrupted on the server at node {data.get('node_id')} "
-                                        f"({data.get('node_type')})")
+                raise InterruptedError_(
+                    f"the run was interrupted on the server at node {data.get('node_id')} ({data.get('node_type')})"
+                )
 
     def _run_from_history(self, prompt_id: str, entry: Mapping[str, Any]) -> PromptRun:
         status = entry.get("status") or {}
@@ -207,8 +223,9 @@ def output_files(outputs: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, di
     found = []
     for node_id, ui in outputs.items():
         for key, entries in ui.items():
-            if key not in FILE_KEYS and not (isinstance(entries, list) and entries
-                                             and isinstance(entries[0], Mapping) and "filename" in entries[0]):
+            if key not in FILE_KEYS and not (
+                isinstance(entries, list) and entries and isinstance(entries[0], Mapping) and "filename" in entries[0]
+            ):
                 continue
             for entry in entries if isinstance(entries, list) else []:
                 if isinstance(entry, Mapping) and "filename" in entry:
@@ -235,11 +252,15 @@ def format_validation_error(body: Mapping[str, Any]) -> str:
 
 def format_execution_error(data: Mapping[str, Any]) -> str:
     """One readable message from an `execution_error` event."""
-    return (f"{data.get('node_type')} failed on the server: {data.get('exception_type')}: "
-            f"{str(data.get('exception_message', '')).strip()}")
+    return (
+        f"{data.get('node_type')} failed on the server: {data.get('exception_type')}: "
+        f"{str(data.get('exception_message', '')).strip()}"
+    )
 
 
 def _check_deadline(deadline: float | None, prompt_id: str) -> None:
     if deadline is not None and time.monotonic() > deadline:
-        raise ServerError(f"prompt {prompt_id} did not finish within the timeout; it may still be running "
-                          "on the server (POST /interrupt stops it)")
+        raise ServerError(
+            f"prompt {prompt_id} did not finish within the timeout; it may still be running "
+            "on the server (POST /interrupt stops it)"
+        )

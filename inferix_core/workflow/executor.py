@@ -32,11 +32,11 @@ OUTPUT_DIR_ENV = "INFERIX_OUTPUT_DIR"
 class ExecutionResult:
     """What a run produced."""
 
-    order: list[str]                                   # node ids in the order they ran
-    outputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)   # node id → its output tuple
-    ui: dict[str, dict[str, Any]] = field(default_factory=dict)         # node id → its `ui` dict
-    files: list[Path] = field(default_factory=list)    # files the output nodes reported or wrote
-    seconds: dict[str, float] = field(default_factory=dict)             # node id → wall time
+    order: list[str]  # node ids in the order they ran
+    outputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # node id → its output tuple
+    ui: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id → its `ui` dict
+    files: list[Path] = field(default_factory=list)  # files the output nodes reported or wrote
+    seconds: dict[str, float] = field(default_factory=dict)  # node id → wall time
 
 
 def execution_order(workflow: Workflow, targets: Iterable[str]) -> list[str]:
@@ -59,8 +59,13 @@ def execution_order(workflow: Workflow, targets: Iterable[str]) -> list[str]:
     return order
 
 
-def execute(workflow: str | Path | Mapping[str, Any], node_classes: Mapping[str, Any],
-            output_dir: str | Path | None = None, overrides: Any = None, progress: bool = True) -> ExecutionResult:
+def execute(
+    workflow: str | Path | Mapping[str, Any],
+    node_classes: Mapping[str, Any],
+    output_dir: str | Path | None = None,
+    overrides: Any = None,
+    progress: bool = True,
+) -> ExecutionResult:
     """Validate and run a workflow; return its outputs and the files its output nodes wrote.
 
     Args:
@@ -117,8 +122,9 @@ def execute(workflow: str | Path | Mapping[str, Any], node_classes: Mapping[str,
     return result
 
 
-def _run_node(nid: str, node: Mapping[str, Any], node_class: Any, done: Mapping[str, tuple[Any, ...]],
-              workflow: Workflow) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _run_node(
+    nid: str, node: Mapping[str, Any], node_class: Any, done: Mapping[str, tuple[Any, ...]], workflow: Workflow
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Call one node's FUNCTION with its resolved inputs; return (outputs, ui)."""
     kwargs: dict[str, Any] = {}
     for name, value in node["inputs"].items():
@@ -143,8 +149,10 @@ def _run_node(nid: str, node: Mapping[str, Any], node_class: Any, done: Mapping[
     except InferixError as exc:
         raise WorkflowError(f"{node['class_type']} failed: {exc}", node_id=nid) from exc
     except Exception as exc:
-        raise WorkflowError(f"{node['class_type']} failed: {type(exc).__name__}: {exc} (run with --debug for the "
-                            "traceback)", node_id=nid) from exc
+        raise WorkflowError(
+            f"{node['class_type']} failed: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            node_id=nid,
+        ) from exc
     return _normalize_return(nid, node["class_type"], returned)
 
 
@@ -161,8 +169,10 @@ def _normalize_return(nid: str, class_type: str, returned: Any) -> tuple[tuple[A
         if hasattr(ui, "as_dict"):
             ui = ui.as_dict()
     else:
-        raise WorkflowError(f"{class_type} returned {type(returned).__name__}; expected a tuple or a dict with "
-                            "'result' and 'ui'", node_id=nid)
+        raise WorkflowError(
+            f"{class_type} returned {type(returned).__name__}; expected a tuple or a dict with 'result' and 'ui'",
+            node_id=nid,
+        )
     return tuple(result or ()), dict(ui)
 
 

@@ -44,8 +44,9 @@ def read_json(path: str | Path) -> Any:
         raise WorkflowError(f"'{path}' is not a UTF-8 text file: {exc}") from exc
 
 
-def load_workflow(path_or_dict: str | Path | Mapping[str, Any],
-                  node_definitions: Mapping[str, Any] | None = None) -> Workflow:
+def load_workflow(
+    path_or_dict: str | Path | Mapping[str, Any], node_definitions: Mapping[str, Any] | None = None
+) -> Workflow:
     """Return an API-format workflow (a deep copy; the input is never modified).
 
     Args:
@@ -66,8 +67,10 @@ def load_workflow(path_or_dict: str | Path | Mapping[str, Any],
         if node_definitions:
             schemas = as_schemas({k: v for k, v in node_definitions.items() if k in types})
         if not schemas and any(t not in ("Note", "MarkdownNote") for t in types):
-            raise WorkflowError("this is a UI-format workflow (it has 'nodes' and 'links'); it can only be "
-                                "converted when its node definitions are known. " + EXPORT_HINT)
+            raise WorkflowError(
+                "this is a UI-format workflow (it has 'nodes' and 'links'); it can only be "
+                "converted when its node definitions are known. " + EXPORT_HINT
+            )
         return convert_ui_workflow(data, schemas)
     if "prompt" in data and isinstance(data["prompt"], Mapping):
         data = data["prompt"]  # the body of a POST /prompt request
@@ -81,8 +84,11 @@ def _check_api_shape(data: dict[str, Any]) -> Workflow:
     workflow: Workflow = {}
     for node_id, node in data.items():
         if not isinstance(node, Mapping) or "class_type" not in node:
-            raise WorkflowError("not an API-format node: expected an object with 'class_type' and 'inputs'. "
-                                "If this file came from the editor's Save, " + EXPORT_HINT, node_id=str(node_id))
+            raise WorkflowError(
+                "not an API-format node: expected an object with 'class_type' and 'inputs'. "
+                "If this file came from the editor's Save, " + EXPORT_HINT,
+                node_id=str(node_id),
+            )
         if not isinstance(node["class_type"], str):
             raise WorkflowError(f"class_type must be a string, got {node['class_type']!r}", node_id=str(node_id))
         inputs = node.get("inputs", {})

@@ -31,9 +31,11 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     return node_id, input_name.strip(), value
 
 
-def apply_overrides(workflow: Mapping[str, Mapping[str, Any]],
-                    overrides: Iterable[str | tuple[str, str, Any]] | Mapping[str, Any] | None,
-                    schemas: Mapping[str, NodeSchema] | None = None) -> dict[str, dict[str, Any]]:
+def apply_overrides(
+    workflow: Mapping[str, Mapping[str, Any]],
+    overrides: Iterable[str | tuple[str, str, Any]] | Mapping[str, Any] | None,
+    schemas: Mapping[str, NodeSchema] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Return a copy of `workflow` with each override's value set as a constant input.
 
     Args:
@@ -58,9 +60,12 @@ def apply_overrides(workflow: Mapping[str, Mapping[str, Any]],
         if schema is not None and schema.input(input_name) is None:
             names = [s.name for s in schema.inputs if s.category != "hidden"]
             close = suggest_names(input_name, names)
-            hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"its inputs are {', '.join(names)}"
-            raise WorkflowError(f"{node['class_type']} has no input '{input_name}'; {hint}",
-                                node_id=node_id, input_name=input_name)
+            hint = (
+                f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"its inputs are {', '.join(names)}"
+            )
+            raise WorkflowError(
+                f"{node['class_type']} has no input '{input_name}'; {hint}", node_id=node_id, input_name=input_name
+            )
         previous = node["inputs"].get(input_name)
         if isinstance(previous, list) and len(previous) == 2:
             log.info("--set %s.%s replaces the link from node %s with a constant", node_id, input_name, previous[0])

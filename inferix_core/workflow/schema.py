@@ -131,8 +131,10 @@ def _inputs_from_dict(class_type: str, declared: Mapping[str, Any]) -> tuple[Inp
                 specs.append(InputSpec(name, str(kind), {}, category))
                 continue
             if not isinstance(entry, (tuple, list)) or not entry:
-                raise WorkflowError(f"{class_type}.INPUT_TYPES() declares input '{name}' as {entry!r}; "
-                                    "expected (TYPE, {options}) or ([choices], {options})")
+                raise WorkflowError(
+                    f"{class_type}.INPUT_TYPES() declares input '{name}' as {entry!r}; "
+                    "expected (TYPE, {options}) or ([choices], {options})"
+                )
             kind = entry[0]
             options = entry[1] if len(entry) > 1 and isinstance(entry[1], Mapping) else {}
             kind = tuple(kind) if isinstance(kind, (list, tuple)) else str(kind)
@@ -162,8 +164,9 @@ def suggest_names(word: str, options: list[str], n: int = 3, cutoff: float = 0.6
     """Close matches for a misspelt name, best first; near-ties only, so a shared prefix adds no noise."""
     import difflib
 
-    scored = sorted(((difflib.SequenceMatcher(None, word.lower(), o.lower()).ratio(), o) for o in options),
-                    reverse=True)
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, word.lower(), o.lower()).ratio(), o) for o in options), reverse=True
+    )
     scored = [(s, o) for s, o in scored if s >= cutoff]
     if not scored:
         return []

@@ -17,8 +17,10 @@ from .schema import InputSpec, NodeSchema
 
 log = logging.getLogger(__name__)
 
-EXPORT_HINT = ("Export the workflow in API format instead: in ComfyUI use the menu Workflow → Export (API) "
-               "(older frontends: enable dev mode in the settings and use 'Save (API Format)').")
+EXPORT_HINT = (
+    "Export the workflow in API format instead: in ComfyUI use the menu Workflow → Export (API) "
+    "(older frontends: enable dev mode in the settings and use 'Save (API Format)')."
+)
 
 # Frontend-only nodes: they never reach the server.
 NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
@@ -56,9 +58,15 @@ def convert_ui_workflow(ui: Mapping[str, Any], schemas: Mapping[str, NodeSchema]
     links = _link_table(ui["links"])
     subgraph_ids = {str(s.get("id")) for s in (ui.get("definitions") or {}).get("subgraphs", []) or []}
 
-    unknown = sorted({str(n.get("type")) for n in nodes.values()
-                      if n.get("type") not in VIRTUAL_TYPES and n.get("type") not in schemas
-                      and n.get("mode", 0) not in (MODE_MUTED, MODE_BYPASS)})
+    unknown = sorted(
+        {
+            str(n.get("type"))
+            for n in nodes.values()
+            if n.get("type") not in VIRTUAL_TYPES
+            and n.get("type") not in schemas
+            and n.get("mode", 0) not in (MODE_MUTED, MODE_BYPASS)
+        }
+    )
     if unknown:
         sub = [t for t in unknown if t in subgraph_ids]
         what = "subgraphs, which cannot be converted here" if sub else "node types whose definitions are not loaded"
@@ -133,14 +141,20 @@ def _widget_inputs(node_id: str, node: Mapping[str, Any], schema: NodeSchema) ->
         if any(spec.options.get(o) for o in UPLOAD_OPTIONS) and len(values) - i > remaining_widgets:
             i += 1  # the upload button's placeholder value
     if i < len(values):
-        log.warning("node %s (%s): %d widget value(s) left over after mapping %d inputs; "
-                    "the node definition may differ from the one the workflow was saved with",
-                    node_id, schema.class_type, len(values) - i, len(widgets))
+        log.warning(
+            "node %s (%s): %d widget value(s) left over after mapping %d inputs; "
+            "the node definition may differ from the one the workflow was saved with",
+            node_id,
+            schema.class_type,
+            len(values) - i,
+            len(widgets),
+        )
     return inputs
 
 
-def _resolve_source(link_id: int, nodes: Mapping[str, Any], links: Mapping[int, tuple[str, int, str]],
-                    seen: set[int]) -> list[Any] | Any | None:
+def _resolve_source(
+    link_id: int, nodes: Mapping[str, Any], links: Mapping[int, tuple[str, int, str]], seen: set[int]
+) -> list[Any] | Any | None:
     """Follow a link back through reroutes, primitives and bypassed nodes.
 
     Returns `[origin_id, slot]` for a real node, a constant for a PrimitiveNode, or None when the
@@ -150,8 +164,9 @@ def _resolve_source(link_id: int, nodes: Mapping[str, Any], links: Mapping[int, 
         raise WorkflowError(f"UI-format workflow has a loop through reroute/bypassed nodes at link {link_id}")
     seen.add(link_id)
     if link_id not in links:
-        raise WorkflowError(f"UI-format workflow refers to link {link_id}, which is not in its links table. "
-                            + EXPORT_HINT)
+        raise WorkflowError(
+            f"UI-format workflow refers to link {link_id}, which is not in its links table. " + EXPORT_HINT
+        )
     origin_id, slot, link_type = links[link_id]
     origin = nodes.get(origin_id)
     if origin is None:
@@ -160,8 +175,9 @@ def _resolve_source(link_id: int, nodes: Mapping[str, Any], links: Mapping[int, 
     if kind in PRIMITIVE_TYPES:
         values = origin.get("widgets_values") or []
         if not values:
-            raise WorkflowError("PrimitiveNode has no value; set it in the editor or export API format",
-                                node_id=origin_id)
+            raise WorkflowError(
+                "PrimitiveNode has no value; set it in the editor or export API format", node_id=origin_id
+            )
         return values[0]
     if kind in REROUTE_TYPES:
         upstream = (origin.get("inputs") or [{}])[0].get("link")

@@ -104,8 +104,13 @@ def validate(workflow: Workflow, node_definitions: Mapping[str, Any]) -> Workflo
     outputs = output_nodes(workflow, schemas)
     if not outputs:
         if not issues:
-            issues.append(WorkflowIssue(None, None, "the workflow has no output node (a node that saves or shows a "
-                                                    "result), so nothing would run"))
+            issues.append(
+                WorkflowIssue(
+                    None,
+                    None,
+                    "the workflow has no output node (a node that saves or shows a result), so nothing would run",
+                )
+            )
         raise WorkflowValidationError(issues)
 
     # 3. Inputs of every node an output depends on.
@@ -135,13 +140,22 @@ def _unknown_type_message(class_type: str, node_definitions: Mapping[str, Any]) 
     lower = {k.lower(): k for k in known}
     if class_type.lower() in lower and lower[class_type.lower()] not in close:
         close.insert(0, lower[class_type.lower()])
-    hint = (f"; did you mean {', '.join(repr(c) for c in close)}?" if close
-            else f"; {len(known)} node types are loaded. Is the node pack that provides it installed?")
+    hint = (
+        f"; did you mean {', '.join(repr(c) for c in close)}?"
+        if close
+        else f"; {len(known)} node types are loaded. Is the node pack that provides it installed?"
+    )
     return f"unknown node type '{class_type}'{hint}"
 
 
-def _check_node(nid: str, node: dict[str, Any], schema: NodeSchema, workflow: Workflow,
-                schemas: Mapping[str, NodeSchema], node_class: Any) -> list[WorkflowIssue]:
+def _check_node(
+    nid: str,
+    node: dict[str, Any],
+    schema: NodeSchema,
+    workflow: Workflow,
+    schemas: Mapping[str, NodeSchema],
+    node_class: Any,
+) -> list[WorkflowIssue]:
     """Problems with one node's inputs; converts its constant values in place."""
     issues: list[WorkflowIssue] = []
     inputs = node["inputs"]
@@ -151,8 +165,9 @@ def _check_node(nid: str, node: dict[str, Any], schema: NodeSchema, workflow: Wo
 
     for name in inputs:
         if schema.input(name) is None:
-            log.warning("node %s (%s): input '%s' is not declared by the node and is ignored",
-                        nid, schema.class_type, name)
+            log.warning(
+                "node %s (%s): input '%s' is not declared by the node and is ignored", nid, schema.class_type, name
+            )
     for spec in schema.inputs:
         if spec.category == "hidden":
             continue
@@ -200,11 +215,14 @@ def _check_link(value: list[Any], spec: InputSpec, workflow: Workflow, schemas: 
     outs = src_schema.return_types
     if not 0 <= index < len(outs):
         listed = ", ".join(outs) if outs else "none"
-        return (f"links to output {index} of node {src_id} ({src['class_type']}), which has "
-                f"{len(outs)} output(s): {listed}")
+        return (
+            f"links to output {index} of node {src_id} ({src['class_type']}), which has {len(outs)} output(s): {listed}"
+        )
     if not types_match(outs[index], spec.type_name):
-        return (f"expects {_describe_type(spec)} but is linked to output {index} of node {src_id} "
-                f"({src['class_type']}), which is {outs[index]}")
+        return (
+            f"expects {_describe_type(spec)} but is linked to output {index} of node {src_id} "
+            f"({src['class_type']}), which is {outs[index]}"
+        )
     return None
 
 
@@ -277,7 +295,9 @@ def check_range(value: Any, spec: InputSpec) -> str | None:
 def _run_validator(node_class: Any, schema: NodeSchema, inputs: Mapping[str, Any]) -> str | None:
     """Call VALIDATE_INPUTS with the constant inputs it names; its error string, or None."""
     constants = {k: v for k, v in inputs.items() if not isinstance(v, list)}
-    kwargs = constants if schema.validate_takes_kwargs else {k: constants[k] for k in schema.validate_args if k in constants}
+    kwargs = (
+        constants if schema.validate_takes_kwargs else {k: constants[k] for k in schema.validate_args if k in constants}
+    )
     validator = node_class.VALIDATE_INPUTS
     try:
         inspect.signature(validator).bind(**kwargs)
@@ -305,7 +325,7 @@ def find_cycle(workflow: Workflow, among: set[str]) -> list[str] | None:
             if not is_link(v) or v[0] not in workflow or v[0] not in among:
                 continue
             if color.get(v[0]) == 1:
-                return [*path[path.index(v[0]):], v[0]]
+                return [*path[path.index(v[0]) :], v[0]]
             if v[0] not in color:
                 found = visit(v[0])
                 if found:

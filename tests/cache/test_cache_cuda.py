@@ -52,8 +52,15 @@ class DeviceNoise:
 
 def wan_like(num_layers: int = 6, dim: int = 512, ffn_dim: int | None = None) -> CausalWanTransformer:
     torch.manual_seed(0)
-    cfg = WanConfig(dim=dim, ffn_dim=ffn_dim or 2 * dim, freq_dim=64, text_dim=64, text_len=16, num_heads=dim // 128,
-                    num_layers=num_layers)
+    cfg = WanConfig(
+        dim=dim,
+        ffn_dim=ffn_dim or 2 * dim,
+        freq_dim=64,
+        text_dim=64,
+        text_len=16,
+        num_heads=dim // 128,
+        num_layers=num_layers,
+    )
     return CausalWanTransformer(cfg).to("cuda", torch.bfloat16).eval()
 
 
@@ -66,8 +73,9 @@ def prewarm_rope(model: CausalWanTransformer, num_blocks: int) -> None:
 def run(model, cache_config: KVCacheConfig, num_blocks: int = NUM_BLOCKS, strict: bool = True):
     pipe = BlockDiffusionPipeline(model, SamplingConfig(block_frames=BLOCK), cache_config)
     context = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(1)).to("cuda", torch.bfloat16)
-    req = GenerationRequest(num_blocks=num_blocks, latent_height=LAT_H, latent_width=LAT_W, context=context,
-                            noise=DeviceNoise(2))
+    req = GenerationRequest(
+        num_blocks=num_blocks, latent_height=LAT_H, latent_width=LAT_W, context=context, noise=DeviceNoise(2)
+    )
     prewarm_rope(model, num_blocks)
     torch.cuda.synchronize()
     if strict:
@@ -148,11 +156,24 @@ def test_offload_transfer_hiding(record_property):
         transfer = st["transfer_seconds"]
         hidden = 1.0 - max(0.0, t_off - t_res) / transfer
         results[name] = hidden
-        log.warning("offload %s (%d of %d layers): resident %.3f s, offloaded %.3f s, transfers %.3f s (h2d %.2f GB at "
-                    "%.1f GB/s, d2h %.2f GB), hidden %.1f%% (by stalls %.1f%%), prefetch ready %.2f; planner: at best "
-                    "%.0f%%", name, len(st["offloaded_layers"]), layers, t_res, t_off, transfer, st["h2d_bytes"] / 1e9,
-                    st["h2d_GBps"] or 0, st["d2h_bytes"] / 1e9, 100 * hidden, st["hidden_h2d_pct"] or 0,
-                    st["prefetch_ready_rate"], 100 * estimate_offload(model.config, spec, c).best_hidden_fraction)
+        log.warning(
+            "offload %s (%d of %d layers): resident %.3f s, offloaded %.3f s, transfers %.3f s (h2d %.2f GB at "
+            "%.1f GB/s, d2h %.2f GB), hidden %.1f%% (by stalls %.1f%%), prefetch ready %.2f; planner: at best "
+            "%.0f%%",
+            name,
+            len(st["offloaded_layers"]),
+            layers,
+            t_res,
+            t_off,
+            transfer,
+            st["h2d_bytes"] / 1e9,
+            st["h2d_GBps"] or 0,
+            st["d2h_bytes"] / 1e9,
+            100 * hidden,
+            st["hidden_h2d_pct"] or 0,
+            st["prefetch_ready_rate"],
+            100 * estimate_offload(model.config, spec, c).best_hidden_fraction,
+        )
         record_property(f"hidden_transfer_pct_{name}", 100 * hidden)
         assert st["h2d_bytes"] > 0 and transfer > 0 and st["prefetch_hit_rate"] == 1.0
         assert st["d2h_bytes"] == (blocks - 1) * len(st["offloaded_layers"]) * est.writeback_bytes_per_layer_block

@@ -36,8 +36,14 @@ def test_cache_parity(path, kind):
     B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     rec = Recorder()
-    req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"],
-                            batch_size=B, noise=FixtureNoise(t, sampling.block_frames))
+    req = GenerationRequest(
+        num_blocks=p["num_blocks"],
+        latent_height=H,
+        latent_width=W,
+        context=t["text_context"],
+        batch_size=B,
+        noise=FixtureNoise(t, sampling.block_frames),
+    )
     out, kv_after, attended, global_end = [], {}, [], []
     for block in pipe.stream(req, rec):
         out.append(block.latents)

@@ -160,12 +160,18 @@ def test_staging_rotation_is_two_ahead():
 def test_planner_bytes_equal_allocation_and_estimate():
     sp = spec(num_layers=6, max_frames=12)
     base = KVCacheConfig(window_frames=7, sink_frames=1, page_frames=2)
-    for cfg in (dataclasses.replace(base, offload="always"),
-                dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget_for_offloaded(base, sp, 4))):
+    for cfg in (
+        dataclasses.replace(base, offload="always"),
+        dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget_for_offloaded(base, sp, 4)),
+    ):
         cost, st = cache_cost(cfg, sp), create_kv_cache(cfg, sp).stats()
         assert (cost.device_bytes, cost.host_bytes) == (st["resident_bytes"], st["offloaded_bytes"]), cfg
-    assert offload_layout(dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget_for_offloaded(base, sp, 4)),
-                          sp).num_offloaded == 4
+    assert (
+        offload_layout(
+            dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget_for_offloaded(base, sp, 4)), sp
+        ).num_offloaded
+        == 4
+    )
     # Wan 1.3B, 480×832, window 21 + sink 3: 172.5 MB per layer per call vs ≈ 3 ms of compute
     wan = WanConfig()
     big = KVCacheSpec(30, 12, 128, 1560, 3, dtype=torch.bfloat16)
@@ -183,8 +189,11 @@ def test_paged_restart_matches_ring(kind, schedule):
     """Write the sinks, jump to the window's first block, continue: same live frames and K/V as the ring."""
     sp = spec(num_layers=2, block=2)
     base = KVCacheConfig(window_frames=6, sink_frames=2)
-    extra = {"paged": {"page_frames": 2}, "offload": {"page_frames": 2, "offload": "always"},
-             "quant": {"quantization": "int8", "residual_frames": 2}}[kind]
+    extra = {
+        "paged": {"page_frames": 2},
+        "offload": {"page_frames": 2, "offload": "always"},
+        "quant": {"quantization": "int8", "residual_frames": 2},
+    }[kind]
     ring, other = RingKVCache(base, sp), create_kv_cache(dataclasses.replace(base, **extra), sp)
     g = torch.Generator().manual_seed(0)
     for cache in (ring, other):
@@ -215,4 +224,6 @@ def test_paged_restart_matches_ring(kind, schedule):
 
 
 def test_module_docstring_names_the_design():
-    assert "once per call" in offload_mod.__doc__ and "once, when the first call of another block" in offload_mod.__doc__
+    assert (
+        "once per call" in offload_mod.__doc__ and "once, when the first call of another block" in offload_mod.__doc__
+    )

@@ -32,10 +32,14 @@ def test_cache_bytes_equal_allocated_bytes():
     from inferix_core.cache import create_kv_cache
 
     spec = KVCacheSpec(3, 2, 8, 6, 3, max_frames=12)
-    for cfg in (KVCacheConfig(window_frames=7, sink_frames=1), KVCacheConfig(window_frames=7, sink_frames=1, page_frames=2),
-                KVCacheConfig(window_frames=9, sink_frames=3, quantization="int8"),
-                KVCacheConfig(window_frames=9, sink_frames=3, quantization="int4"), KVCacheConfig(page_frames=3),
-                KVCacheConfig(window_frames=7, sink_frames=1, offload="always")):
+    for cfg in (
+        KVCacheConfig(window_frames=7, sink_frames=1),
+        KVCacheConfig(window_frames=7, sink_frames=1, page_frames=2),
+        KVCacheConfig(window_frames=9, sink_frames=3, quantization="int8"),
+        KVCacheConfig(window_frames=9, sink_frames=3, quantization="int4"),
+        KVCacheConfig(page_frames=3),
+        KVCacheConfig(window_frames=7, sink_frames=1, offload="always"),
+    ):
         cost, stats = cache_cost(cfg, spec), create_kv_cache(cfg, spec).stats()
         assert cost.device_bytes == stats["resident_bytes"], cfg
         assert cost.host_bytes == stats["offloaded_bytes"], cfg

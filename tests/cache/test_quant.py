@@ -85,7 +85,9 @@ def test_residual_window_frames_are_exact():
 
 def test_residual_must_cover_a_block():
     with pytest.raises(ConfigError):
-        create_kv_cache(KVCacheConfig(window_frames=9, quantization="int8", residual_frames=2), KVCacheSpec(1, 1, 2, 2, 3))
+        create_kv_cache(
+            KVCacheConfig(window_frames=9, quantization="int8", residual_frames=2), KVCacheSpec(1, 1, 2, 2, 3)
+        )
 
 
 @pytest.mark.parametrize("q,bound,max_abs", [("int8", 1e-3, 5e-3), ("int4", 1e-2, 5e-2)])
@@ -95,8 +97,14 @@ def test_fixture_rollout_error(path, q, bound, max_abs):
     p = info["pipeline"]
     B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(base, quantization=q))
-    req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"],
-                            batch_size=B, noise=FixtureNoise(t, sampling.block_frames))
+    req = GenerationRequest(
+        num_blocks=p["num_blocks"],
+        latent_height=H,
+        latent_width=W,
+        context=t["text_context"],
+        batch_size=B,
+        noise=FixtureNoise(t, sampling.block_frames),
+    )
     out = pipe.generate(req)
     ref = t["output_latents"]
     assert torch.isfinite(out).all()

@@ -11,8 +11,11 @@ import torch
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 
 
-@pytest.mark.parametrize("config", [KVCacheConfig(), KVCacheConfig(window_frames=4, sink_frames=1),
-                                    KVCacheConfig(window_frames=4, page_frames=2)], ids=["ring", "window", "paged"])
+@pytest.mark.parametrize(
+    "config",
+    [KVCacheConfig(), KVCacheConfig(window_frames=4, sink_frames=1), KVCacheConfig(window_frames=4, page_frames=2)],
+    ids=["ring", "window", "paged"],
+)
 def test_cache_is_freed_without_gc(config):
     spec = KVCacheSpec(num_layers=2, num_heads=2, head_dim=8, frame_tokens=4, block_frames=2, max_frames=6)
     gc.disable()

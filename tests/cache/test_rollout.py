@@ -92,8 +92,9 @@ def rollout(model, cache_config: KVCacheConfig, num_blocks: int, monkeypatch=Non
     sampling = SamplingConfig(denoising_steps=(1000, 500), block_frames=BLOCK)
     pipe = BlockDiffusionPipeline(model, sampling, cache_config)
     gen = torch.Generator().manual_seed(1)
-    req = GenerationRequest(num_blocks=num_blocks, latent_height=4, latent_width=4,
-                            context=torch.randn(1, 4, 8, generator=gen), seed=3)
+    req = GenerationRequest(
+        num_blocks=num_blocks, latent_height=4, latent_width=4, context=torch.randn(1, 4, 8, generator=gen), seed=3
+    )
     outs = []
     for block in pipe.stream(req):
         outs.append(block.latents)

@@ -42,8 +42,9 @@ class ComfyServer:
             return json.loads(resp.read())
 
     def post_json(self, path: str, body: dict, timeout: float = 60.0) -> tuple[int, dict]:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
@@ -56,8 +57,9 @@ class ComfyServer:
 
     def inferix(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """Run `inferix <args>` with this test session's Python (the client side)."""
-        return subprocess.run([sys.executable, "-m", "inferix_core", *args], capture_output=True, text=True,
-                              timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            [sys.executable, "-m", "inferix_core", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+        )
 
 
 def _free_port() -> int:
@@ -92,11 +94,24 @@ def comfyui(tmp_path_factory) -> ComfyServer:
     (base / "custom_nodes" / "ComfyUI-Inferix").symlink_to(REPO, target_is_directory=True)
     port = _free_port()
     log_path = base / "server.log"
-    cmd = [python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--disable-auto-launch",
-           "--base-directory", str(base), "--database-url", "sqlite:///:memory:"]
+    cmd = [
+        python,
+        "main.py",
+        "--cpu",
+        "--listen",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--disable-auto-launch",
+        "--base-directory",
+        str(base),
+        "--database-url",
+        "sqlite:///:memory:",
+    ]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(cmd, cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)  # own process group, so _stop reaches every child
+        process = subprocess.Popen(
+            cmd, cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )  # own process group, so _stop reaches every child
     server = ComfyServer(f"http://127.0.0.1:{port}", base, log_path, process)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

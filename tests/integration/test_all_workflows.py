@@ -42,8 +42,12 @@ MAX_MEAN_ABS_DIFF = 1.0  # grey levels, 0..255
 UMT5_D_MODEL = 32
 TEXT_LEN = 16
 # the model-file inputs of Inferix Load World Model and the models/ folder each is looked up in
-MODEL_FOLDERS = {"model": "diffusion_models", "vae": "vae", "text_encoder": "text_encoders",
-                 "preview_decoder": "vae_approx"}
+MODEL_FOLDERS = {
+    "model": "diffusion_models",
+    "vae": "vae",
+    "text_encoder": "text_encoders",
+    "preview_decoder": "vae_approx",
+}
 NO_FILE = {"bundled", "none"}
 
 
@@ -58,15 +62,35 @@ def _tiny_umt5(path: Path, work: Path) -> None:
     g = torch.Generator().manual_seed(0)
     lines = [" ".join(words[i] for i in torch.randint(len(words), (8,), generator=g).tolist()) for _ in range(300)]
     (work / "corpus.txt").write_text("\n".join(lines))
-    spm.SentencePieceTrainer.train(input=str(work / "corpus.txt"), model_prefix=str(work / "spiece"), vocab_size=30,
-                                   pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram", minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        input=str(work / "corpus.txt"),
+        model_prefix=str(work / "spiece"),
+        vocab_size=30,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        model_type="unigram",
+        minloglevel=2,
+    )
     torch.manual_seed(0)
-    config = transformers.UMT5Config(vocab_size=64, d_model=UMT5_D_MODEL, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
-                                     relative_attention_num_buckets=32, relative_attention_max_distance=128,
-                                     feed_forward_proj="gated-gelu", is_encoder_decoder=False, use_cache=False)
+    config = transformers.UMT5Config(
+        vocab_size=64,
+        d_model=UMT5_D_MODEL,
+        d_kv=8,
+        d_ff=48,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        feed_forward_proj="gated-gelu",
+        is_encoder_decoder=False,
+        use_cache=False,
+    )
     model = transformers.UMT5EncoderModel(config).eval()
-    sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()
-          if k != "encoder.embed_tokens.weight"}
+    sd = {
+        k: v.detach().clone().contiguous() for k, v in model.state_dict().items() if k != "encoder.embed_tokens.weight"
+    }
     sd["spiece_model"] = torch.frombuffer(bytearray((work / "spiece.model").read_bytes()), dtype=torch.uint8)
     save_file(sd, str(path))
 
@@ -81,15 +105,17 @@ def _tiny_transformer(path: Path) -> None:
     from inferix_core.models.wan.config import WanConfig
     from tests.models.wan_state import random_wan_state_dict
 
-    cfg = WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=UMT5_D_MODEL, text_len=TEXT_LEN, num_heads=2,
-                    num_layers=2)
+    cfg = WanConfig(
+        dim=32, ffn_dim=64, freq_dim=16, text_dim=UMT5_D_MODEL, text_len=TEXT_LEN, num_heads=2, num_layers=2
+    )
     sd = random_wan_state_dict(cfg, seed=7)
     if path.suffix == ".safetensors":
         save_wan_checkpoint(sd, path, layout="comfyui", config=cfg)
     else:
         save_wan_checkpoint(sd, path, layout="self_forcing", config=cfg)
-        (path.parent / "config.json").write_text(json.dumps({"dim": cfg.dim, "num_heads": cfg.num_heads,
-                                                             "text_len": cfg.text_len}))
+        (path.parent / "config.json").write_text(
+            json.dumps({"dim": cfg.dim, "num_heads": cfg.num_heads, "text_len": cfg.text_len})
+        )
 
 
 def _referenced_files(workflow: dict[str, Any]) -> list[tuple[str, str]]:
@@ -200,12 +226,28 @@ def test_workflow_queued_and_run_give_the_same_outputs(comfyui, models_dirs, wf_
     overrides = _overrides(workflow, f"inferix/all_{name}")
     queued_dir, local_dir = tmp_path / "queued", tmp_path / "local"
 
-    queued = comfyui.inferix("queue", str(wf_path), "--server", comfyui.url, "--output-dir", str(queued_dir),
-                             "--timeout", "300", *overrides, timeout=330)
+    queued = comfyui.inferix(
+        "queue",
+        str(wf_path),
+        "--server",
+        comfyui.url,
+        "--output-dir",
+        str(queued_dir),
+        "--timeout",
+        "300",
+        *overrides,
+        timeout=330,
+    )
     assert queued.returncode == 0, f"{name}: queue failed\n{queued.stdout}\n{queued.stderr}\n{comfyui.log_tail()}"
     env = {**os.environ, "INFERIX_MODELS_DIR": str(models_dirs)}
-    local = subprocess.run([sys.executable, "-m", "inferix_core", "run", str(wf_path), "--output-dir", str(local_dir),
-                            *overrides], capture_output=True, text=True, timeout=330, cwd=REPO, env=env)
+    local = subprocess.run(
+        [sys.executable, "-m", "inferix_core", "run", str(wf_path), "--output-dir", str(local_dir), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=330,
+        cwd=REPO,
+        env=env,
+    )
     assert local.returncode == 0, f"{name}: run failed\n{local.stdout}\n{local.stderr}"
 
     queued_files, local_files = _reported(queued.stdout), _reported(local.stdout)
@@ -222,8 +264,10 @@ def test_workflow_queued_and_run_give_the_same_outputs(comfyui, models_dirs, wf_
         q, loc = decode(queued_files[mp4]), decode(local_files[mp4])
         assert q.shape == loc.shape, (mp4, q.shape, loc.shape)
         mean_abs, psnr, max_abs = compare(loc, q)
-        summary = (f"{name}: {mp4} {len(loc)} frames {loc.shape[2]}x{loc.shape[1]}, mean |diff| {mean_abs:.4f}, "
-                   f"max |diff| {max_abs}, PSNR {psnr:.2f} dB")
+        summary = (
+            f"{name}: {mp4} {len(loc)} frames {loc.shape[2]}x{loc.shape[1]}, mean |diff| {mean_abs:.4f}, "
+            f"max |diff| {max_abs}, PSNR {psnr:.2f} dB"
+        )
         log.warning("%s", summary)
         assert mean_abs < MAX_MEAN_ABS_DIFF, summary
 

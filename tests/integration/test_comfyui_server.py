@@ -38,8 +38,11 @@ def write(tmp_path: Path, workflow: dict) -> str:
 
 def test_pack_nodes_are_registered(comfyui, object_info):
     log = comfyui.log_path.read_text(errors="replace")
-    failures = [line for line in log.splitlines() if "ComfyUI-Inferix" in line
-                and ("IMPORT FAILED" in line or "Cannot import" in line)]
+    failures = [
+        line
+        for line in log.splitlines()
+        if "ComfyUI-Inferix" in line and ("IMPORT FAILED" in line or "Cannot import" in line)
+    ]
     assert not failures, "ComfyUI could not import the pack:\n" + "\n".join(failures)
     ours = sorted(k for k in object_info if k.startswith("Inferix"))
     assert ours, f"no Inferix nodes in /object_info; server log:\n{comfyui.log_tail()}"
@@ -49,8 +52,19 @@ def test_pack_nodes_are_registered(comfyui, object_info):
 
 def test_queue_core_workflow_end_to_end(comfyui, tmp_path):
     out = tmp_path / "downloads"
-    proc = comfyui.inferix("queue", write(tmp_path, CORE_WORKFLOW), "--server", comfyui.url, "--output-dir", str(out),
-                           "--timeout", "120", "--set", "1.width=40", "--no-progress")
+    proc = comfyui.inferix(
+        "queue",
+        write(tmp_path, CORE_WORKFLOW),
+        "--server",
+        comfyui.url,
+        "--output-dir",
+        str(out),
+        "--timeout",
+        "120",
+        "--set",
+        "1.width=40",
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr
     prompt_id = proc.stdout.split("queued prompt ")[1].split()[0]
     history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
@@ -89,13 +103,29 @@ def test_unknown_inferix_node_refused_by_server(comfyui, tmp_path):
 @pytest.mark.skipif(not BUNDLED_MODEL.is_file(), reason=f"the quickstart needs the bundled model ({BUNDLED_MODEL})")
 def test_queue_quickstart_produces_mp4(comfyui, tmp_path):
     out = tmp_path / "downloads"
-    proc = comfyui.inferix("queue", str(QUICKSTART[0]), "--server", comfyui.url, "--output-dir", str(out),
-                           "--timeout", "540", "--no-progress", timeout=580)
+    proc = comfyui.inferix(
+        "queue",
+        str(QUICKSTART[0]),
+        "--server",
+        comfyui.url,
+        "--output-dir",
+        str(out),
+        "--timeout",
+        "540",
+        "--no-progress",
+        timeout=580,
+    )
     assert proc.returncode == 0, proc.stderr + "\n" + comfyui.log_tail()
     prompt_id = proc.stdout.split("queued prompt ")[1].split()[0]
     history = comfyui.get_json(f"/history/{prompt_id}")[prompt_id]
-    entries = [e for ui in history["outputs"].values() for v in ui.values() if isinstance(v, list)
-               for e in v if isinstance(e, dict) and str(e.get("filename", "")).endswith(".mp4")]
+    entries = [
+        e
+        for ui in history["outputs"].values()
+        for v in ui.values()
+        if isinstance(v, list)
+        for e in v
+        if isinstance(e, dict) and str(e.get("filename", "")).endswith(".mp4")
+    ]
     assert entries, f"no mp4 among the outputs: {history['outputs']}"
     query = urllib.parse.urlencode({k: entries[0].get(k, "") for k in ("filename", "subfolder", "type")})
     with urllib.request.urlopen(f"{comfyui.url}/view?{query}", timeout=60) as resp:

@@ -50,8 +50,8 @@ def compare(local, queued) -> tuple[float, float, int]:
     """(mean abs diff in grey levels, PSNR in dB, max abs diff) of two equally shaped uint8 videos."""
     np = pytest.importorskip("numpy")
     diff = local.astype(np.float64) - queued.astype(np.float64)
-    mse = float(np.mean(diff ** 2))
-    psnr = math.inf if mse == 0 else 10.0 * math.log10(255.0 ** 2 / mse)
+    mse = float(np.mean(diff**2))
+    psnr = math.inf if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
     return float(np.mean(np.abs(diff))), psnr, int(np.max(np.abs(diff)))
 
 
@@ -64,8 +64,18 @@ def test_run_and_queue_give_the_same_video(comfyui, tmp_path):
     overrides = ["--set", f"{denoise}.seed={SEED}", "--set", f"{settings}.filename_prefix={PREFIX}", "--no-progress"]
 
     queued_dir, local_dir = tmp_path / "queued", tmp_path / "local"
-    queued = comfyui.inferix("queue", str(QUICKSTART), "--server", comfyui.url, "--output-dir", str(queued_dir),
-                             "--timeout", "540", *overrides, timeout=580)
+    queued = comfyui.inferix(
+        "queue",
+        str(QUICKSTART),
+        "--server",
+        comfyui.url,
+        "--output-dir",
+        str(queued_dir),
+        "--timeout",
+        "540",
+        *overrides,
+        timeout=580,
+    )
     assert queued.returncode == 0, queued.stderr + "\n" + comfyui.log_tail()
     local = comfyui.inferix("run", str(QUICKSTART), "--output-dir", str(local_dir), *overrides, timeout=580)
     assert local.returncode == 0, local.stderr
@@ -78,8 +88,10 @@ def test_run_and_queue_give_the_same_video(comfyui, tmp_path):
     assert queued_frames.shape == local_frames.shape, (queued_frames.shape, local_frames.shape)
     assert local_frames.std() > 1.0, "the video is flat: an equality of blank frames would prove nothing"
     mean_abs, psnr, max_abs = compare(local_frames, queued_frames)
-    summary = (f"run vs queue, seed {SEED}: {len(local_frames)} frames {local_frames.shape[2]}x{local_frames.shape[1]}, "
-               f"mean |diff| {mean_abs:.4f} grey levels, max |diff| {max_abs}, PSNR {psnr:.2f} dB")
+    summary = (
+        f"run vs queue, seed {SEED}: {len(local_frames)} frames {local_frames.shape[2]}x{local_frames.shape[1]}, "
+        f"mean |diff| {mean_abs:.4f} grey levels, max |diff| {max_abs}, PSNR {psnr:.2f} dB"
+    )
     log.warning("%s", summary)  # shown with -rA / in the log: the measured numbers
     assert mean_abs < MAX_MEAN_ABS_DIFF, summary
     assert psnr > MIN_PSNR_DB, summary

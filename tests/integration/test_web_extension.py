@@ -34,8 +34,11 @@ WIDTH, HEIGHT = 1600, 1000
 MAX_PNG_BYTES = 400 * 1024
 EXT = "app.extensions.find((e) => e.name === 'inferix.live')"
 # Settings of the test server's default user: no template dialog, minimap or update toasts over the graph.
-UI_SETTINGS = {"Comfy.TutorialCompleted": True, "Comfy.Minimap.Visible": False,
-               "Comfy.Notification.ShowVersionUpdates": False}
+UI_SETTINGS = {
+    "Comfy.TutorialCompleted": True,
+    "Comfy.Minimap.Visible": False,
+    "Comfy.Notification.ShowVersionUpdates": False,
+}
 
 
 def _chromium() -> str | None:
@@ -53,11 +56,26 @@ class Browser:
 
         self.profile = tempfile.mkdtemp(prefix="inferix_chromium_")
         self.process = subprocess.Popen(
-            [executable, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={self.profile}", "--remote-debugging-port=0", f"--window-size={width},{height}",
-             "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                executable,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.events: list[dict] = []
         self._id = 0
         self.ws = None
@@ -74,8 +92,9 @@ class Browser:
             self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=120, suppress_origin=True)
             for domain in ("Runtime", "Log", "Page"):
                 self.send(f"{domain}.enable")
-            self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                      mobile=False)
+            self.send(
+                "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False
+            )
         except BaseException:
             self.close()
             raise
@@ -221,14 +240,18 @@ def test_live_preview_panel_and_interrupt_in_the_browser(comfyui, browser, image
     status, _ = comfyui.post_json("/settings", UI_SETTINGS)
     assert status == 200
     browser.send("Page.navigate", url=comfyui.url + "/")
-    browser.wait_for(f"!!(window.app?.graph && window.comfyAPI?.api?.api && {EXT})", 180,
-                     "the ComfyUI page with the inferix.live extension")
+    browser.wait_for(
+        f"!!(window.app?.graph && window.comfyAPI?.api?.api && {EXT})",
+        180,
+        "the ComfyUI page with the inferix.live extension",
+    )
 
     # 1. the quickstart workflow in the graph
     workflow = json.loads(QUICKSTART_UI.read_text())
     browser.eval(f"app.loadGraphData({json.dumps(workflow)}, true, true, 'quickstart')")
-    classes = browser.wait_for("app.graph.nodes.length && app.graph.nodes.map((n) => n.comfyClass)", 30,
-                               "the loaded quickstart nodes")
+    classes = browser.wait_for(
+        "app.graph.nodes.length && app.graph.nodes.map((n) => n.comfyClass)", 30, "the loaded quickstart nodes"
+    )
     assert sorted(classes) == sorted(n["type"] for n in workflow["nodes"])
     assert _panel(browser, "InferixBlockDenoise")["block"] == "no blocks yet"
     _fit_view(browser)
@@ -248,11 +271,16 @@ def test_live_preview_panel_and_interrupt_in_the_browser(comfyui, browser, image
     })()""")
     browser.eval("app.queuePrompt(0)")
     browser.wait_for(f"{EXT}.state.events >= 6", 300, "six inferix.block events")
-    browser.wait_for("(() => { const i = app.graph.nodes.find((n) => n.comfyClass === 'InferixStreamOut')"
-                     ".inferixLive.img; return i.complete && i.naturalWidth > 0; })()", 30, "the preview image")
+    browser.wait_for(
+        "(() => { const i = app.graph.nodes.find((n) => n.comfyClass === 'InferixStreamOut')"
+        ".inferixLive.img; return i.complete && i.naturalWidth > 0; })()",
+        30,
+        "the preview image",
+    )
     _fit_view(browser)  # the live nodes grew when the first block arrived
-    state = browser.eval(f"(() => {{ const s = {EXT}.state; return {{events: s.events, running: s.running, "
-                         "last: s.lastEvent}; })()")
+    state = browser.eval(
+        f"(() => {{ const s = {EXT}.state; return {{events: s.events, running: s.running, last: s.lastEvent}}; }})()"
+    )
     assert state["running"] and state["last"]["num_blocks"] == 400
 
     source = _panel(browser, "InferixBlockDenoise")
@@ -284,6 +312,9 @@ def test_live_preview_panel_and_interrupt_in_the_browser(comfyui, browser, image
         time.sleep(0.5)
 
     # 4. nothing from our extension in the browser's errors (the front end's own 404s etc. are not ours)
-    ours = [(level, text) for level, text in browser.console()
-            if level in ("error", "exception") and ("inferix" in text.lower() or "extensions/ComfyUI-Inferix" in text)]
+    ours = [
+        (level, text)
+        for level, text in browser.console()
+        if level in ("error", "exception") and ("inferix" in text.lower() or "extensions/ComfyUI-Inferix" in text)
+    ]
     assert not ours, ours

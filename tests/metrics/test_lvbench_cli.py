@@ -28,8 +28,23 @@ def inputs(tmp_path: Path) -> Path:
 
 def test_cli_writes_table_json_and_plots(inputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out, plots = tmp_path / "out.json", tmp_path / "plots"
-    rc = main(["lvbench", str(inputs / "a.mp4"), str(inputs / "frames"), "--chunks", "4",
-               "--metrics", "clarity", "motion", "subject", "--json", str(out), "--plot-dir", str(plots)])
+    rc = main(
+        [
+            "lvbench",
+            str(inputs / "a.mp4"),
+            str(inputs / "frames"),
+            "--chunks",
+            "4",
+            "--metrics",
+            "clarity",
+            "motion",
+            "subject",
+            "--json",
+            str(out),
+            "--plot-dir",
+            str(plots),
+        ]
+    )
     assert rc == 0
     table = capsys.readouterr().out
     assert "vde_clarity_proxy" in table and "mean" in table and "not the published" in table

@@ -28,12 +28,20 @@ def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny random CLIP (both sizes), DINO-style ViT and aesthetic head under the expected names."""
     root = tmp_path_factory.mktemp("inferix_metrics")
     torch.manual_seed(0)
-    clip_cfg = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2,
-                    image_size=224, patch_size=32, projection_dim=16)
+    clip_cfg = dict(
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=224,
+        patch_size=32,
+        projection_dim=16,
+    )
     for name in ("clip-vit-base-patch32", "clip-vit-large-patch14"):
         CLIPVisionModelWithProjection(CLIPVisionConfig(**clip_cfg)).save_pretrained(root / name)
-    vit_cfg = ViTConfig(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2,
-                        image_size=224, patch_size=32)
+    vit_cfg = ViTConfig(
+        hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=2, image_size=224, patch_size=32
+    )
     ViTModel(vit_cfg, add_pooling_layer=False).save_pretrained(root / "dino-vitb16")
     head = torch.nn.Linear(16, 1)
     torch.save(head.state_dict(), root / "sa_0_4_vit_l_14_linear.pth")
@@ -88,8 +96,9 @@ def test_background_and_subject_match_vbench_per_chunk(weights_dir: Path, video:
     clip = CLIPVisionModelWithProjection.from_pretrained(weights_dir / "clip-vit-base-patch32").eval()
     dino = ViTModel.from_pretrained(weights_dir / "dino-vitb16", add_pooling_layer=False).eval()
     clip_feats = [clip(pixel_values=_clip_input(f)).image_embeds for f in video]
-    dino_feats = [dino(pixel_values=_dino_input(f), interpolate_pos_encoding=True).last_hidden_state[:, 0]
-                  for f in video]
+    dino_feats = [
+        dino(pixel_values=_dino_input(f), interpolate_pos_encoding=True).last_hidden_state[:, 0] for f in video
+    ]
 
     result = score_video(video, metrics=["background", "subject"], chunks=3, weights_dir=weights_dir)
     for metric, feats in (("background", clip_feats), ("subject", dino_feats)):
@@ -102,7 +111,9 @@ def test_background_and_subject_match_vbench_per_chunk(weights_dir: Path, video:
         end = _vbench_consistency(feats[-2:])
         assert report.start_end_contrast == pytest.approx(abs(start - end), abs=1e-5)
     names = result.scores()
-    assert {"vde_background", "vbench_background_consistency", "vde_subject", "vbench_subject_consistency"} <= set(names)
+    assert {"vde_background", "vbench_background_consistency", "vde_subject", "vbench_subject_consistency"} <= set(
+        names
+    )
     assert not any(k.endswith("_proxy") for k in names)
 
 
@@ -115,8 +126,9 @@ def test_aesthetic_matches_laion_formula(weights_dir: Path, video: np.ndarray) -
 
     report = score_video(video, metrics=["aesthetic"], chunks=3, weights_dir=weights_dir).metrics["aesthetic"]
     assert report.unavailable is None and not report.is_proxy
-    np.testing.assert_allclose(report.chunk_scores, [np.mean(per_frame[i * 4 : (i + 1) * 4]) for i in range(3)],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        report.chunk_scores, [np.mean(per_frame[i * 4 : (i + 1) * 4]) for i in range(3)], atol=1e-6
+    )
     assert report.video_score == pytest.approx(np.mean(per_frame), abs=1e-6)
 
 

@@ -19,17 +19,29 @@ def _write(tmp_path: Path, data: object, name: str = "caps.json") -> Path:
 
 
 def test_one_video_object(tmp_path: Path) -> None:
-    path = _write(tmp_path, {"video_id": "v1", "fps": 24, "captions": [
-        {"start": 2.5, "end": 5.0, "caption": " A dog runs. "},
-        {"start": 0.0, "end": 2.5, "caption": "A dog sits."},
-        {"start_frame": 120, "text": "The dog sleeps."},
-    ]})
+    path = _write(
+        tmp_path,
+        {
+            "video_id": "v1",
+            "fps": 24,
+            "captions": [
+                {"start": 2.5, "end": 5.0, "caption": " A dog runs. "},
+                {"start": 0.0, "end": 2.5, "caption": "A dog sits."},
+                {"start_frame": 120, "text": "The dog sleeps."},
+            ],
+        },
+    )
     assert load_prompt_schedule(path) == [(0.0, "A dog sits."), (2.5, "A dog runs."), (5.0, "The dog sleeps.")]
 
 
 def test_many_videos_as_list_and_as_mapping(tmp_path: Path) -> None:
-    as_list = _write(tmp_path, [{"video_id": "a", "chunks": [{"timestamp": "00:00-00:02.5", "prompt": "x"}]},
-                                {"id": "b", "segments": [{"time": "0:01:02", "description": "y"}]}])
+    as_list = _write(
+        tmp_path,
+        [
+            {"video_id": "a", "chunks": [{"timestamp": "00:00-00:02.5", "prompt": "x"}]},
+            {"id": "b", "segments": [{"time": "0:01:02", "description": "y"}]},
+        ],
+    )
     assert load_prompt_schedules(as_list) == {"a": [(0.0, "x")], "b": [(62.0, "y")]}
     as_map = _write(tmp_path, {"a": [{"start_time": "3s", "caption": "p"}], "b": {"clips": ["q", "r"]}}, "m.json")
     assert load_prompt_schedules(as_map, segment_seconds=3.0) == {"a": [(3.0, "p")], "b": [(0.0, "q"), (3.0, "r")]}

@@ -69,8 +69,9 @@ def test_scene_change_lowers_consistency_in_that_chunk_only() -> None:
 
 def test_every_proxy_is_labelled_and_aesthetic_is_unavailable() -> None:
     video = translating(np.random.default_rng(15), t=30)
-    result = score_video(video, metrics=["clarity", "motion", "aesthetic", "background", "subject", "dynamic"],
-                         chunks=3, fps=16)
+    result = score_video(
+        video, metrics=["clarity", "motion", "aesthetic", "background", "subject", "dynamic"], chunks=3, fps=16
+    )
     names = result.scores()
     assert names and all(k.endswith("_proxy") for k in names)
     assert "vde_clarity" not in names and "vde_clarity_proxy" in names
@@ -95,8 +96,10 @@ def test_motion_smoothness_formula_with_an_exact_interpolator() -> None:
 def test_dynamic_degree_rule_with_a_synthetic_flow() -> None:
     frames = np.random.default_rng(17).integers(1, 256, (16, 64, 128, 3), dtype=np.uint8)
     threshold = 6.0 * 64 / 256  # 1.5 px
+
     def constant(mag: float):
         return lambda a, b: np.full((2, 8, 8), mag / np.sqrt(2))
+
     assert bm.dynamic_degree(frames, constant(threshold * 1.1)) == 1.0
     assert bm.dynamic_degree(frames, constant(threshold * 0.9)) == 0.0
     # below 8 fps VBench scales the threshold by 8/fps (set_params): 4 fps doubles it

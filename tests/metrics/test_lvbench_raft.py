@@ -112,14 +112,17 @@ def vbench_pair_scores(raft_dir: Path, video: np.ndarray) -> list[float]:
         return [float(score(a, b)) for a, b in itertools.pairwise(video)]
 
 
-def test_raft_flow_matches_vbench_padding_and_top5(our_flow, vbench_pair_scores: list[float], video: np.ndarray) -> None:
+def test_raft_flow_matches_vbench_padding_and_top5(
+    our_flow, vbench_pair_scores: list[float], video: np.ndarray
+) -> None:
     """The loader's flow is VBench's: same padding, input normalisation, 20 updates, top-5% statistic."""
     ours = [top_flow_magnitude(our_flow(a, b)) for a, b in itertools.pairwise(video)]
     np.testing.assert_allclose(ours, vbench_pair_scores, rtol=1e-4)
 
 
-def test_dynamic_degree_matches_vbench_per_chunk(backends: dict, vbench_pair_scores: list[float],
-                                                 video: np.ndarray) -> None:
+def test_dynamic_degree_matches_vbench_per_chunk(
+    backends: dict, vbench_pair_scores: list[float], video: np.ndarray
+) -> None:
     frames, s = list(video), vbench_pair_scores
     report = score_video(video, chunks=2, fps=8, backends=backends).metrics["dynamic"]
     expected = [_vbench_check_move(s[i * 4 : i * 4 + 3], frames[i * 4 : (i + 1) * 4], 8.0) for i in range(2)]
@@ -133,8 +136,9 @@ def test_dynamic_degree_matches_vbench_per_chunk(backends: dict, vbench_pair_sco
     assert "vde_dynamic" in names and not any(k.endswith("_proxy") for k in names)
 
 
-def test_dynamic_degree_below_8_fps_raises_the_threshold(backends: dict, vbench_pair_scores: list[float],
-                                                         video: np.ndarray) -> None:
+def test_dynamic_degree_below_8_fps_raises_the_threshold(
+    backends: dict, vbench_pair_scores: list[float], video: np.ndarray
+) -> None:
     """At 4 fps VBench keeps every frame and scales the threshold by 8/4: the moving chunk stops moving."""
     frames, s = list(video), vbench_pair_scores
     report = score_video(video, chunks=2, fps=4, backends=backends).metrics["dynamic"]

@@ -24,8 +24,18 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 ROOT = Path(__file__).resolve().parents[2]
 E4M3_HALF_ULP = 2.0**-4  # 3 mantissa bits: round-to-nearest moves a normal value by ≤ 2^-4 of itself
 E4M3_SUBNORMAL_HALF_STEP = 2.0**-10  # subnormals are spaced 2^-9 (in units of the row scale)
-BLOCK_LINEARS = {"self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o",
-                 "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2"}
+BLOCK_LINEARS = {
+    "self_attn.q",
+    "self_attn.k",
+    "self_attn.v",
+    "self_attn.o",
+    "cross_attn.q",
+    "cross_attn.k",
+    "cross_attn.v",
+    "cross_attn.o",
+    "ffn.0",
+    "ffn.2",
+}
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -138,8 +148,14 @@ def test_quantize_swaps_the_block_linears_only():
     assert set(report.quantized) == expected and not report.kept
     assert all(isinstance(model.get_submodule(name), FP8Linear) for name in expected)
     plain = {name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
-    assert plain == {"text_embedding.0", "text_embedding.2", "time_embedding.0", "time_embedding.2",
-                     "time_projection.1", "head.head"}
+    assert plain == {
+        "text_embedding.0",
+        "text_embedding.2",
+        "time_embedding.0",
+        "time_embedding.2",
+        "time_projection.1",
+        "head.head",
+    }
     assert count_fp8_linears(model) == len(expected) == 10 * n
     assert report.bytes_saved > 0
     assert quantize_linears_fp8(model).quantized == []  # a second call finds nothing left to swap
@@ -163,8 +179,14 @@ def test_skip_patterns_and_unaligned_layers_are_kept(caplog):
     model.blocks[1].ffn[2] = nn.Linear(120, 64)
     with caplog.at_level(logging.INFO, logger=fp8.__name__):
         report = quantize_linears_fp8(model, skip=["blocks.0.cross_attn.*"])
-    assert set(report.kept) == {"blocks.0.cross_attn.q", "blocks.0.cross_attn.k", "blocks.0.cross_attn.v",
-                                "blocks.0.cross_attn.o", "blocks.1.ffn.0", "blocks.1.ffn.2"}
+    assert set(report.kept) == {
+        "blocks.0.cross_attn.q",
+        "blocks.0.cross_attn.k",
+        "blocks.0.cross_attn.v",
+        "blocks.0.cross_attn.o",
+        "blocks.1.ffn.0",
+        "blocks.1.ffn.2",
+    }
     assert isinstance(model.blocks[0].cross_attn.q, nn.Linear) and isinstance(model.blocks[1].ffn[0], nn.Linear)
     assert len(report.quantized) == 20 - 6
     assert any("blocks.1.ffn.0" in r.getMessage() and "16" in r.getMessage() for r in caplog.records)
@@ -208,6 +230,7 @@ def test_scaled_mm_equals_emulation_on_cuda(dtype, monkeypatch):
     assert got.dtype == dtype and got.shape == (3, 77, 384)
     torch.testing.assert_close(got.float(), want.float(), rtol=1.6e-2, atol=1e-3 * want.abs().max().item())
     assert rel(got, want) < 5e-3
+
     def no_emulation(self, x):
         raise AssertionError("forward took the emulation on a GPU that runs fp8 GEMMs")
 
@@ -261,7 +284,28 @@ def test_inferix_bench_fp8_flag(tmp_path, capsys):
     from inferix_core.cli import main
 
     out = tmp_path / "bench.json"
-    assert main(["bench", "--preset", "tiny", "--device", "cpu", "--dtype", "bf16", "--latent-frames", "3",
-                 "--warmup", "0", "--repeats", "1", "--fp8", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--preset",
+                "tiny",
+                "--device",
+                "cpu",
+                "--dtype",
+                "bf16",
+                "--latent-frames",
+                "3",
+                "--warmup",
+                "0",
+                "--repeats",
+                "1",
+                "--fp8",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["config"]["fp8"] is True
     assert "bf16 + fp8 block linears" in capsys.readouterr().out

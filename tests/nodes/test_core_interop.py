@@ -19,8 +19,15 @@ from inferix_core.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COMFY_KEYS = Path(__file__).with_name("comfy_wan21_vae_keys.json")
-LOADER = dict(model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
-              text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")
+LOADER = dict(
+    model="causal_wan_tiny.safetensors",
+    vae="wan_vae_tiny.safetensors",
+    preview_decoder="none",
+    text_encoder="bundled",
+    dtype="fp32",
+    attention="sdpa",
+    device="cpu",
+)
 
 
 class FirstStage:
@@ -46,8 +53,9 @@ def fixture_vae() -> dict[str, torch.Tensor]:
 
 def core_vae_from_fixture(dtype: torch.dtype = torch.float32) -> CoreVAE:
     """The fixture VAE's weights under ComfyUI's key names (the fixture stores them under `weights.`)."""
-    return CoreVAE({k.removeprefix("weights."): v.to(dtype) for k, v in fixture_vae().items()
-                    if k.startswith("weights.")})
+    return CoreVAE(
+        {k.removeprefix("weights."): v.to(dtype) for k, v in fixture_vae().items() if k.startswith("weights.")}
+    )
 
 
 def to_uint8(pixels: torch.Tensor) -> torch.Tensor:
@@ -79,8 +87,8 @@ def test_core_latent_decodes_with_a_core_vae_alone(node_classes):
     shape = (1, -1, 1, 1, 1)
     core_latent = ref["z"] / (1.0 / ref["latent_std"]).view(shape) + ref["latent_mean"].view(shape)
     (frames,) = node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(
-        latent={"samples": core_latent}, block_frames=2, use_preview_decoder=False,
-        vae=core_vae_from_fixture())
+        latent={"samples": core_latent}, block_frames=2, use_preview_decoder=False, vae=core_vae_from_fixture()
+    )
     expected = to_uint8(ref["decode_output"])
     assert frames.shape == expected.shape == (17, 32, 48, 3)
     assert (frames - expected).abs().max() <= 1 / 255 + 1e-6
@@ -99,26 +107,40 @@ def test_core_vae_equals_the_world_models_vae(node_classes, world_model):
 def test_block_denoise_latent_is_vae_space(node_classes, world_model, output_dir):
     cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0)), {}]]
     latent, image, video = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-        world_model=world_model, prompt="", num_blocks=2, seconds=0.0, width=96, height=64, denoising_steps="1000",
-        seed=1, conditioning=cond)["result"]
+        world_model=world_model,
+        prompt="",
+        num_blocks=2,
+        seconds=0.0,
+        width=96,
+        height=64,
+        denoising_steps="1000",
+        seed=1,
+        conditioning=cond,
+    )["result"]
     engine = video.latents.permute(0, 2, 1, 3, 4)  # normalised, [B, C, F, h, w]
     torch.testing.assert_close(latent["samples"], world_model.vae.denormalise(engine))
     (decoded,) = node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(
-        world_model=world_model, latent=latent, block_frames=3, use_preview_decoder=False)
+        world_model=world_model, latent=latent, block_frames=3, use_preview_decoder=False
+    )
     assert (decoded - image).abs().max() <= 1 / 255 + 1e-6
 
 
-@pytest.mark.parametrize("core_vae, match", [
-    (object(), "no first_stage_model"),
-    (CoreVAE({"decoder.conv_in.weight": torch.zeros(1)}), "not a Wan 2.1 VAE"),
-])
+@pytest.mark.parametrize(
+    "core_vae, match",
+    [
+        (object(), "no first_stage_model"),
+        (CoreVAE({"decoder.conv_in.weight": torch.zeros(1)}), "not a Wan 2.1 VAE"),
+    ],
+)
 def test_wrong_core_vae_is_refused_with_a_message(node_classes, core_vae, match):
     with pytest.raises(ConfigError, match=match):
         node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(
-            latent={"samples": torch.zeros(1, 16, 1, 2, 2)}, block_frames=1, use_preview_decoder=False, vae=core_vae)
+            latent={"samples": torch.zeros(1, 16, 1, 2, 2)}, block_frames=1, use_preview_decoder=False, vae=core_vae
+        )
 
 
 def test_vae_decode_needs_some_vae(node_classes):
     with pytest.raises(ConfigError, match="needs a VAE"):
         node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(
-            latent={"samples": torch.zeros(1, 16, 1, 2, 2)}, block_frames=1, use_preview_decoder=False)
+            latent={"samples": torch.zeros(1, 16, 1, 2, 2)}, block_frames=1, use_preview_decoder=False
+        )

@@ -28,11 +28,15 @@ def test_bundled_example_gives_a_prompt_schedule(node_classes):
 
 def test_picks_a_video_and_reads_absolute_paths(node_classes, tmp_path: Path):
     path = tmp_path / "caps.json"
-    path.write_text(json.dumps({"a": ["one", "two"], "b": [{"start": 0, "caption": "x"}, {"start": 3, "caption": "y"}]}))
+    path.write_text(
+        json.dumps({"a": ["one", "two"], "b": [{"start": 0, "caption": "x"}, {"start": 3, "caption": "y"}]})
+    )
     cls = node_classes["InferixLVBenchPrompts"]
     assert _execute(cls, captions_path=str(path), video_id="b").entries == ((0.0, "x"), (3.0, "y"))
-    assert _execute(cls, captions_path=str(path), video_id="a", segment_seconds=4.0).entries == ((0.0, "one"),
-                                                                                                  (4.0, "two"))
+    assert _execute(cls, captions_path=str(path), video_id="a", segment_seconds=4.0).entries == (
+        (0.0, "one"),
+        (4.0, "two"),
+    )
     assert "video_id" in cls.VALIDATE_INPUTS(captions_path=str(path), video_id="")
     with pytest.raises(ConfigError, match="video_id"):
         _execute(cls, captions_path=str(path))

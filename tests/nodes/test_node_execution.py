@@ -30,22 +30,61 @@ class FixtureConditioning:
 
 def tiny_workflow() -> dict:
     return {
-        "1": {"class_type": "InferixLoadWorldModel", "inputs": {
-            "model": "causal_wan_tiny.safetensors", "vae": "wan_vae_tiny.safetensors", "preview_decoder": "none",
-            "text_encoder": "bundled", "dtype": "fp32", "attention": "sdpa", "device": "cpu"}},
+        "1": {
+            "class_type": "InferixLoadWorldModel",
+            "inputs": {
+                "model": "causal_wan_tiny.safetensors",
+                "vae": "wan_vae_tiny.safetensors",
+                "preview_decoder": "none",
+                "text_encoder": "bundled",
+                "dtype": "fp32",
+                "attention": "sdpa",
+                "device": "cpu",
+            },
+        },
         "2": {"class_type": "FixtureConditioning", "inputs": {"seed": 3}},
-        "3": {"class_type": "InferixKVCacheConfig", "inputs": {
-            "window_frames": 6, "sink_frames": 1, "page_frames": 0, "offload": "off", "gpu_budget_gb": 0.0,
-            "quantization": "none"}},
-        "4": {"class_type": "InferixBlockDenoise", "inputs": {
-            "world_model": ["1", 0], "conditioning": ["2", 0], "kv_cache": ["3", 0], "prompt": "", "num_blocks": 3,
-            "seconds": 0.0, "width": 96, "height": 64, "denoising_steps": "1000,750,500,250", "seed": 7,
-            "stream": ["7", 0]}},
-        "5": {"class_type": "InferixStreamOut", "inputs": {
-            "video": ["4", 2], "fps": 16.0, "filename_prefix": "inferix/other", "save_frames": "none", "crf": 18}},
+        "3": {
+            "class_type": "InferixKVCacheConfig",
+            "inputs": {
+                "window_frames": 6,
+                "sink_frames": 1,
+                "page_frames": 0,
+                "offload": "off",
+                "gpu_budget_gb": 0.0,
+                "quantization": "none",
+            },
+        },
+        "4": {
+            "class_type": "InferixBlockDenoise",
+            "inputs": {
+                "world_model": ["1", 0],
+                "conditioning": ["2", 0],
+                "kv_cache": ["3", 0],
+                "prompt": "",
+                "num_blocks": 3,
+                "seconds": 0.0,
+                "width": 96,
+                "height": 64,
+                "denoising_steps": "1000,750,500,250",
+                "seed": 7,
+                "stream": ["7", 0],
+            },
+        },
+        "5": {
+            "class_type": "InferixStreamOut",
+            "inputs": {
+                "video": ["4", 2],
+                "fps": 16.0,
+                "filename_prefix": "inferix/other",
+                "save_frames": "none",
+                "crf": 18,
+            },
+        },
         "6": {"class_type": "InferixProfileReport", "inputs": {"video": ["4", 2]}},
-        "7": {"class_type": "InferixStreamSettings", "inputs": {
-            "filename_prefix": "inferix/tiny", "fps": 0.0, "crf": 18, "save_frames": "png"}},
+        "7": {
+            "class_type": "InferixStreamSettings",
+            "inputs": {"filename_prefix": "inferix/tiny", "fps": 0.0, "crf": 18, "save_frames": "png"},
+        },
     }
 
 
@@ -57,8 +96,12 @@ def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
 
     remove = comfy_runtime.add_event_listener(lambda name, data: events.append((name, data)))
     try:
-        result = execute(tiny_workflow(), {**node_classes, "FixtureConditioning": FixtureConditioning},
-                         output_dir=output_dir, progress=False)
+        result = execute(
+            tiny_workflow(),
+            {**node_classes, "FixtureConditioning": FixtureConditioning},
+            output_dir=output_dir,
+            progress=False,
+        )
     finally:
         remove()
     latent, image, video = result.outputs["4"]
@@ -70,15 +113,21 @@ def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
     assert mp4.is_file() and not list(output_dir.rglob("*.partial*"))
     assert [p.name for p in output_dir.rglob("*.mp4")] == [mp4.name]  # Stream Out showed it, no re-encode
     assert "streamed to" in result.ui["4"]["text"][0] and "Memory plan" in result.ui["4"]["text"][0]
-    assert result.ui["5"] == {"images": [{"filename": "tiny_00001.mp4", "subfolder": "inferix", "type": "output"}],
-                              "animated": [True]}
+    assert result.ui["5"] == {
+        "images": [{"filename": "tiny_00001.mp4", "subfolder": "inferix", "type": "output"}],
+        "animated": [True],
+    }
     assert len(list((output_dir / "inferix" / "tiny_00001").glob("*.png"))) == image.shape[0]
     assert "frames in" in result.outputs["6"][0]
     blocks = [d for name, d in events if name == "inferix.block"]
     assert [d["block"] for d in blocks] == [0, 1, 2] and blocks[0]["node"] == "4" and blocks[0]["preview"]
     # a second run never overwrites the first file
-    execute(tiny_workflow(), {**node_classes, "FixtureConditioning": FixtureConditioning}, output_dir=output_dir,
-            progress=False)
+    execute(
+        tiny_workflow(),
+        {**node_classes, "FixtureConditioning": FixtureConditioning},
+        output_dir=output_dir,
+        progress=False,
+    )
     assert (output_dir / "inferix" / "tiny_00002.mp4").is_file()
 
 
@@ -86,15 +135,36 @@ def test_block_denoise_never_mutates_inputs_and_repeats(node_classes, models_dir
     load = node_classes["InferixLoadWorldModel"]
     denoise = node_classes["InferixBlockDenoise"]
     (world_model,) = load().EXECUTE_NORMALIZED(
-        model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
-        text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")["result"]
+        model="causal_wan_tiny.safetensors",
+        vae="wan_vae_tiny.safetensors",
+        preview_decoder="none",
+        text_encoder="bundled",
+        dtype="fp32",
+        attention="sdpa",
+        device="cpu",
+    )["result"]
     cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1)), {"keep": 1}]]
     kv = node_classes["InferixKVCacheConfig"]().EXECUTE_NORMALIZED(
-        window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=0.0, quantization="none")["result"][0]
-    before = (copy.deepcopy(cond), kv, {k: v.clone() for k, v in world_model.transformer.state_dict().items()},
-              world_model.sampling)
-    kwargs = dict(world_model=world_model, prompt="", num_blocks=2, seconds=0.0, width=96, height=64,
-                  denoising_steps="1000,500", seed=5, kv_cache=kv, conditioning=cond)
+        window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=0.0, quantization="none"
+    )["result"][0]
+    before = (
+        copy.deepcopy(cond),
+        kv,
+        {k: v.clone() for k, v in world_model.transformer.state_dict().items()},
+        world_model.sampling,
+    )
+    kwargs = dict(
+        world_model=world_model,
+        prompt="",
+        num_blocks=2,
+        seconds=0.0,
+        width=96,
+        height=64,
+        denoising_steps="1000,500",
+        seed=5,
+        kv_cache=kv,
+        conditioning=cond,
+    )
     first = denoise().EXECUTE_NORMALIZED(**kwargs)["result"]
     second = denoise().EXECUTE_NORMALIZED(**kwargs)["result"]
     assert torch.equal(first[0]["samples"], second[0]["samples"])  # fresh cache every run
@@ -107,14 +177,29 @@ def test_prompt_schedule_past_the_end_fails_clearly(node_classes, models_dir, ou
     from inferix_core.errors import ConfigError
 
     (world_model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(
-        model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
-        text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")["result"]
+        model="causal_wan_tiny.safetensors",
+        vae="wan_vae_tiny.safetensors",
+        preview_decoder="none",
+        text_encoder="bundled",
+        dtype="fp32",
+        attention="sdpa",
+        device="cpu",
+    )["result"]
     (schedule,) = node_classes["InferixPromptSchedule"]().EXECUTE_NORMALIZED(schedule="0 | a\n60 | b")
     cond = torch.randn(1, 16, 32)
     with pytest.raises(ConfigError, match="starts after the video ends"):
         node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-            world_model=world_model, prompt="", num_blocks=1, seconds=0.0, width=96, height=64,
-            denoising_steps="1000", seed=0, conditioning=[[cond, {}]], prompt_schedule=schedule)
+            world_model=world_model,
+            prompt="",
+            num_blocks=1,
+            seconds=0.0,
+            width=96,
+            height=64,
+            denoising_steps="1000",
+            seed=0,
+            conditioning=[[cond, {}]],
+            prompt_schedule=schedule,
+        )
 
 
 def test_quickstart_workflow_runs_headless(node_classes, output_dir):
@@ -134,14 +219,23 @@ def test_quickstart_workflow_runs_headless(node_classes, output_dir):
     assert result.outputs["3"][1].shape[0] > 0
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch._dynamo's import
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)  # torch._dynamo's import
 def test_speed_options_reach_the_loaded_model(node_classes, models_dir):
     """fp8 swaps the block linears for FP8Linear, compile wraps each block; both default off when not given."""
     from inferix_core.models.fp8 import count_fp8_linears
 
     load = node_classes["InferixLoadWorldModel"]
-    files = dict(model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
-                 text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")
+    files = dict(
+        model="causal_wan_tiny.safetensors",
+        vae="wan_vae_tiny.safetensors",
+        preview_decoder="none",
+        text_encoder="bundled",
+        dtype="fp32",
+        attention="sdpa",
+        device="cpu",
+    )
     plain = load().EXECUTE_NORMALIZED(**files)
     (model,) = plain["result"]
     assert count_fp8_linears(model.transformer) == 0
@@ -171,8 +265,9 @@ def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output
     assert ui_loader["widgets_values"][-2:] == [False, False]  # appended last, so an old file is a prefix
     ui_loader["widgets_values"] = ui_loader["widgets_values"][:-2]
     old_ui = load_workflow(ui, node_classes)
-    assert {k: (v["class_type"], v["inputs"]) for k, v in old_ui.items()} == \
-        {k: (v["class_type"], v["inputs"]) for k, v in api.items()}
+    assert {k: (v["class_type"], v["inputs"]) for k, v in old_ui.items()} == {
+        k: (v["class_type"], v["inputs"]) for k, v in api.items()
+    }
     validate(api, node_classes)
 
     calls = []

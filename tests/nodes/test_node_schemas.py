@@ -90,6 +90,7 @@ def test_load_world_model_speed_options_are_optional_and_last(node_classes):
     assert inspect.signature(cls.execute).parameters["fp8"].default is False
     assert inspect.signature(cls.execute).parameters["compile"].default is False
 
+
 def test_shim_rejects_unknown_widget_options():
     from inferix_nodes import io_shim as io
 

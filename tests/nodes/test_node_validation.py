@@ -36,14 +36,19 @@ def test_linked_inputs_arrive_as_none_and_pass(node_classes):
 def test_missing_model_file(node_classes, models_dir):
     msg = validate(node_classes, "InferixLoadWorldModel", model="nope.safetensors")
     assert "'nope.safetensors' was not found in the 'diffusion_models' model folder" in msg
-    assert validate(node_classes, "InferixLoadWorldModel", model="causal_wan_tiny.safetensors",
-                    vae="wan_vae_tiny.safetensors") is True
+    assert (
+        validate(
+            node_classes, "InferixLoadWorldModel", model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors"
+        )
+        is True
+    )
     assert "causal_wan_tiny.safetensors" in node_classes["InferixLoadWorldModel"].INPUT_TYPES()["required"]["model"][0]
 
 
 def test_cache_sink_must_fit_window(node_classes):
     assert "sink_frames (6) must be smaller than window_frames (6)" in validate(
-        node_classes, "InferixKVCacheConfig", window_frames=6, sink_frames=6)
+        node_classes, "InferixKVCacheConfig", window_frames=6, sink_frames=6
+    )
     assert "window_frames must be -1" in validate(node_classes, "InferixKVCacheConfig", window_frames=0)
 
 

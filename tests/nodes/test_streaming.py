@@ -6,8 +6,15 @@ import av
 import pytest
 import torch
 
-LOADER = dict(model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors", preview_decoder="none",
-              text_encoder="bundled", dtype="fp32", attention="sdpa", device="cpu")
+LOADER = dict(
+    model="causal_wan_tiny.safetensors",
+    vae="wan_vae_tiny.safetensors",
+    preview_decoder="none",
+    text_encoder="bundled",
+    dtype="fp32",
+    attention="sdpa",
+    device="cpu",
+)
 
 
 @pytest.fixture
@@ -18,14 +25,24 @@ def world_model(node_classes, models_dir):
 
 def denoise_args(world_model, **extra):
     cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0)), {}]]
-    args = dict(world_model=world_model, prompt="", num_blocks=3, seconds=0.0, width=96, height=64,
-                denoising_steps="1000", seed=1, conditioning=cond)
+    args = dict(
+        world_model=world_model,
+        prompt="",
+        num_blocks=3,
+        seconds=0.0,
+        width=96,
+        height=64,
+        denoising_steps="1000",
+        seed=1,
+        conditioning=cond,
+    )
     return {**args, **extra}
 
 
 def stream_settings(node_classes, prefix="inferix/live"):
     (settings,) = node_classes["InferixStreamSettings"]().EXECUTE_NORMALIZED(
-        filename_prefix=prefix, fps=0.0, crf=18, save_frames="none")  # no ui: the V1 shim returns the tuple
+        filename_prefix=prefix, fps=0.0, crf=18, save_frames="none"
+    )  # no ui: the V1 shim returns the tuple
     return settings
 
 
@@ -47,7 +64,8 @@ def test_interrupt_keeps_a_playable_file_of_the_blocks_so_far(node_classes, worl
     try:
         with pytest.raises(Exception) as info:
             node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-                **denoise_args(world_model, stream=stream_settings(node_classes)))
+                **denoise_args(world_model, stream=stream_settings(node_classes))
+            )
     finally:
         remove()
         progress.clear_interrupt()
@@ -61,13 +79,16 @@ def test_interrupt_keeps_a_playable_file_of_the_blocks_so_far(node_classes, worl
 def test_streamed_file_is_shown_by_stream_out_and_never_overwritten(node_classes, world_model, output_dir):
     stream = stream_settings(node_classes)
     video = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-        **denoise_args(world_model, num_blocks=1, stream=stream))["result"][2]
+        **denoise_args(world_model, num_blocks=1, stream=stream)
+    )["result"][2]
     again = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-        **denoise_args(world_model, num_blocks=1, stream=stream))["result"][2]
+        **denoise_args(world_model, num_blocks=1, stream=stream)
+    )["result"][2]
     names = sorted(p.name for p in output_dir.rglob("*.mp4"))
     assert names == ["live_00001.mp4", "live_00002.mp4"] and video.files != again.files
     out = node_classes["InferixStreamOut"]().EXECUTE_NORMALIZED(
-        video=video, fps=16.0, filename_prefix="inferix/ignored", save_frames="none", crf=18)
+        video=video, fps=16.0, filename_prefix="inferix/ignored", save_frames="none", crf=18
+    )
     assert out["ui"]["images"] == [{"filename": "live_00001.mp4", "subfolder": "inferix", "type": "output"}]
     assert sorted(p.name for p in output_dir.rglob("*.mp4")) == names  # published as is, nothing encoded
 
@@ -75,7 +96,8 @@ def test_streamed_file_is_shown_by_stream_out_and_never_overwritten(node_classes
 def test_stream_out_encodes_plain_images(node_classes, output_dir):
     images = torch.rand(5, 32, 48, 3, generator=torch.Generator().manual_seed(0))
     out = node_classes["InferixStreamOut"]().EXECUTE_NORMALIZED(
-        images=images, fps=8.0, filename_prefix="clips/img", save_frames="png", crf=18)
+        images=images, fps=8.0, filename_prefix="clips/img", save_frames="png", crf=18
+    )
     [entry] = out["ui"]["images"]
     path = output_dir / entry["subfolder"] / entry["filename"]
     assert entry["filename"] == "img_00001.mp4" and decoded_frames(path) == 5
@@ -86,11 +108,12 @@ def test_over_budget_cache_fails_before_generating(node_classes, world_model, ou
     from inferix_core.errors import CacheBudgetError
 
     (kv,) = node_classes["InferixKVCacheConfig"]().EXECUTE_NORMALIZED(
-        window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=1e-6,
-        quantization="none")["result"]
+        window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=1e-6, quantization="none"
+    )["result"]
     with pytest.raises(CacheBudgetError, match=r"KV cache needs .* but the budget"):
         node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-            **denoise_args(world_model, kv_cache=kv, stream=stream_settings(node_classes)))
+            **denoise_args(world_model, kv_cache=kv, stream=stream_settings(node_classes))
+        )
     assert not list(output_dir.rglob("*.mp4*"))  # refused before a sink was opened
 
 
@@ -107,7 +130,9 @@ def test_kv_cache_config_shows_the_memory_plan(node_classes, world_model):
 
 def test_vae_decode_node_equals_block_denoise_frames(node_classes, world_model, output_dir):
     latent, image, _ = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
-        **denoise_args(world_model, num_blocks=2))["result"]
+        **denoise_args(world_model, num_blocks=2)
+    )["result"]
     (decoded,) = node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(
-        world_model=world_model, latent=latent, block_frames=1, use_preview_decoder=False)
+        world_model=world_model, latent=latent, block_frames=1, use_preview_decoder=False
+    )
     assert decoded.shape == image.shape and (decoded - image).abs().max() <= 1 / 255 + 1e-6

@@ -47,9 +47,14 @@ def run_parity(out: dict) -> None:
             pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(cache_cfg, **overrides))
             assert model.sequence_parallel is not None, "the pipeline did not enable sequence parallelism"
             rec = Recorder()
-            req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=h, latent_width=w,
-                                    context=t["text_context"], batch_size=b,
-                                    noise=FixtureNoise(t, sampling.block_frames))
+            req = GenerationRequest(
+                num_blocks=p["num_blocks"],
+                latent_height=h,
+                latent_width=w,
+                context=t["text_context"],
+                batch_size=b,
+                noise=FixtureNoise(t, sampling.block_frames),
+            )
             key = f"{path.name}/{kind}"
             out[key + "/latents"] = pipe.generate(req, rec)
             out[key + "/x0"] = torch.stack([rec.x0[k] for k in sorted(rec.x0)])
@@ -118,8 +123,9 @@ def run_heads(out: dict) -> None:
     from inferix_core.models.wan.causal_transformer import CausalWanTransformer
     from inferix_core.models.wan.config import WanConfig
 
-    model = CausalWanTransformer(WanConfig(dim=48, ffn_dim=64, freq_dim=32, text_dim=32, text_len=8,
-                                           num_heads=3, num_layers=1))
+    model = CausalWanTransformer(
+        WanConfig(dim=48, ffn_dim=64, freq_dim=32, text_dim=32, text_len=8, num_heads=3, num_layers=1)
+    )
     try:
         parallel.enable_sequence_parallel(model)
     except ConfigError as exc:

@@ -39,16 +39,29 @@ def launch(mode: str, out_dir: Path, timeout: float = 120.0) -> list[subprocess.
     return launch_command([str(WORKER), mode, str(out_dir)], timeout)
 
 
-def launch_command(args: list[str], timeout: float = 120.0, cwd: Path | None = None) -> list[subprocess.CompletedProcess]:
+def launch_command(
+    args: list[str], timeout: float = 120.0, cwd: Path | None = None
+) -> list[subprocess.CompletedProcess]:
     """Run `python ARGS` as WORLD ranks with torchrun's environment."""
     port = _free_port()
     procs = []
     for rank in range(WORLD):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
-               "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-        procs.append(subprocess.Popen([sys.executable, *args], env=env, cwd=cwd,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(WORLD),
+            "LOCAL_WORLD_SIZE": str(WORLD),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     results = []
     try:
         for proc in procs:
@@ -80,8 +93,14 @@ def single_process(path: Path, overrides: dict):
     b, _f, _c, h, w = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(cache_cfg, **overrides))
     rec = Recorder()
-    req = GenerationRequest(num_blocks=p["num_blocks"], latent_height=h, latent_width=w, context=t["text_context"],
-                            batch_size=b, noise=FixtureNoise(t, sampling.block_frames))
+    req = GenerationRequest(
+        num_blocks=p["num_blocks"],
+        latent_height=h,
+        latent_width=w,
+        context=t["text_context"],
+        batch_size=b,
+        noise=FixtureNoise(t, sampling.block_frames),
+    )
     latents = pipe.generate(req, rec)
     return t, latents, torch.stack([rec.x0[k] for k in sorted(rec.x0)]), model.config.num_heads
 
@@ -93,7 +112,9 @@ def test_two_ranks_match_one_process(rank_outputs, path, kind):
     t, latents, x0, heads = single_process(path, CACHE_KINDS[kind])
     key = f"{path.name}/{kind}"
     for rank, out in enumerate(rank_outputs):
-        torch.testing.assert_close(out[key + "/latents"], latents, atol=ATOL, rtol=0, msg=lambda m, r=rank: f"rank {r}: {m}")
+        torch.testing.assert_close(
+            out[key + "/latents"], latents, atol=ATOL, rtol=0, msg=lambda m, r=rank: f"rank {r}: {m}"
+        )
         torch.testing.assert_close(out[key + "/x0"], x0, atol=ATOL, rtol=0, msg=lambda m, r=rank: f"rank {r}: {m}")
         assert int(out[key + "/cache_heads"]) == heads // WORLD  # each rank holds 1/N of the cache
     if kind != "int8":  # quantized caches are not exact against the fp32 reference (test_quant.py bounds them)
@@ -129,9 +150,28 @@ def test_full_sequence_with_mask_matches(rank_outputs):
 
 def test_launcher_rank_zero_writes_and_prints(tmp_path):
     """`-m inferix_core.parallel bench ...`: both ranks run; only rank 0 prints the table and writes --json."""
-    results = launch_command(["-m", "inferix_core.parallel", "bench", "--preset", "tiny", "--device", "cpu", "--dtype",
-                              "fp32", "--latent-frames", "3", "--warmup", "0", "--repeats", "1", "--json",
-                              str(tmp_path / "bench.json")], cwd=tmp_path)
+    results = launch_command(
+        [
+            "-m",
+            "inferix_core.parallel",
+            "bench",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--latent-frames",
+            "3",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--json",
+            str(tmp_path / "bench.json"),
+        ],
+        cwd=tmp_path,
+    )
     _check_ok(results)
     assert "FPS (pixel frames)" in results[0].stdout and "FPS" not in results[1].stdout, results[1].stdout
     assert (tmp_path / "bench.json").is_file()

@@ -82,8 +82,12 @@ def test_pipeline_parity(path):
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     rec = Recorder()
     req = GenerationRequest(
-        num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"],
-        batch_size=B, noise=FixtureNoise(t, sampling.block_frames),
+        num_blocks=p["num_blocks"],
+        latent_height=H,
+        latent_width=W,
+        context=t["text_context"],
+        batch_size=B,
+        noise=FixtureNoise(t, sampling.block_frames),
     )
     kv_after, attended, global_end = {}, [], []
     out = []
@@ -129,8 +133,13 @@ def test_every_model_call(path):
         for b in range(p["num_blocks"]):
             for s in range(len(p["denoising_step_list"])):
                 cache.begin(b * n, n)
-                flow = model(t[f"block{b}.step{s}.input"].permute(0, 2, 1, 3, 4), t[f"block{b}.step{s}.timestep"],
-                             text, cache, b * n).permute(0, 2, 1, 3, 4)
+                flow = model(
+                    t[f"block{b}.step{s}.input"].permute(0, 2, 1, 3, 4),
+                    t[f"block{b}.step{s}.timestep"],
+                    text,
+                    cache,
+                    b * n,
+                ).permute(0, 2, 1, 3, 4)
                 torch.testing.assert_close(flow, t[f"block{b}.step{s}.flow_pred"], atol=ATOL, rtol=0)
             cache.begin(b * n, n)
             last = len(p["denoising_step_list"]) - 1

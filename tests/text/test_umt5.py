@@ -27,12 +27,41 @@ PROMPTS = ["a red fox runs  through snow", "the camera pans over a quiet harbour
 @pytest.fixture(scope="module")
 def spiece(tmp_path_factory) -> bytes:
     d = tmp_path_factory.mktemp("spm")
-    words = ["fox", "snow", "camera", "pans", "over", "quiet", "harbour", "dawn", "red", "runs", "through", "the", "a", "boat", "sea", "light", "city", "night", "rain"]
+    words = [
+        "fox",
+        "snow",
+        "camera",
+        "pans",
+        "over",
+        "quiet",
+        "harbour",
+        "dawn",
+        "red",
+        "runs",
+        "through",
+        "the",
+        "a",
+        "boat",
+        "sea",
+        "light",
+        "city",
+        "night",
+        "rain",
+    ]
     g = torch.Generator().manual_seed(0)
     lines = [" ".join(words[i] for i in torch.randint(len(words), (8,), generator=g).tolist()) for _ in range(300)]
     (d / "corpus.txt").write_text("\n".join(lines))
-    spm.SentencePieceTrainer.train(input=str(d / "corpus.txt"), model_prefix=str(d / "spiece"), vocab_size=40,
-                                   pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram", minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        input=str(d / "corpus.txt"),
+        model_prefix=str(d / "spiece"),
+        vocab_size=40,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        model_type="unigram",
+        minloglevel=2,
+    )
     return (d / "spiece.model").read_bytes()
 
 
@@ -40,9 +69,19 @@ def spiece(tmp_path_factory) -> bytes:
 def reference(spiece):
     """A tiny random UMT5EncoderModel (gated-GELU, per-layer relative bias, like umT5-XXL)."""
     torch.manual_seed(0)
-    config = transformers.UMT5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
-                                     relative_attention_num_buckets=32, relative_attention_max_distance=128,
-                                     feed_forward_proj="gated-gelu", is_encoder_decoder=False, use_cache=False)
+    config = transformers.UMT5Config(
+        vocab_size=64,
+        d_model=32,
+        d_kv=8,
+        d_ff=48,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        feed_forward_proj="gated-gelu",
+        is_encoder_decoder=False,
+        use_cache=False,
+    )
     model = transformers.UMT5EncoderModel(config).eval()
     return model
 
@@ -84,7 +123,9 @@ def test_long_prompt_is_truncated_with_eos(reference, spiece, tmp_path):
     long_prompt = " ".join(PROMPTS * 3)
     ids, mask = enc.tokenizer([long_prompt], TEXT_LEN)
     assert mask.all() and ids[0, -1] == 1
-    torch.testing.assert_close(enc.encode([long_prompt]), _expected(reference, spiece, [long_prompt]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        enc.encode([long_prompt]), _expected(reference, spiece, [long_prompt]), atol=1e-5, rtol=0
+    )
 
 
 def test_bf16_file_and_prefix(reference, spiece, tmp_path):
@@ -154,21 +195,47 @@ def test_unknown_layout(tmp_path):
 def test_real_umt5_xxl_key_map():
     """ComfyUI's umt5_xxl names (comfy/text_encoders/t5.py: relative bias in every block for umt5) are the HF
     UMT5EncoderModel names minus the tied embed_tokens; the config read back is umT5-XXL's."""
-    config = transformers.UMT5Config(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24,
-                                     num_heads=64, feed_forward_proj="gated-gelu", is_encoder_decoder=False)
+    config = transformers.UMT5Config(
+        vocab_size=256384,
+        d_model=4096,
+        d_kv=64,
+        d_ff=10240,
+        num_layers=24,
+        num_heads=64,
+        feed_forward_proj="gated-gelu",
+        is_encoder_decoder=False,
+    )
     with torch.device("meta"):
         hf = transformers.UMT5EncoderModel(config).state_dict()
-    block = ["layer.0.SelfAttention.q.weight", "layer.0.SelfAttention.k.weight", "layer.0.SelfAttention.v.weight",
-             "layer.0.SelfAttention.o.weight", "layer.0.SelfAttention.relative_attention_bias.weight",
-             "layer.0.layer_norm.weight", "layer.1.DenseReluDense.wi_0.weight", "layer.1.DenseReluDense.wi_1.weight",
-             "layer.1.DenseReluDense.wo.weight", "layer.1.layer_norm.weight"]
-    comfy = {"shared.weight", "encoder.final_layer_norm.weight", *(f"encoder.block.{i}.{n}" for i in range(24) for n in block)}
+    block = [
+        "layer.0.SelfAttention.q.weight",
+        "layer.0.SelfAttention.k.weight",
+        "layer.0.SelfAttention.v.weight",
+        "layer.0.SelfAttention.o.weight",
+        "layer.0.SelfAttention.relative_attention_bias.weight",
+        "layer.0.layer_norm.weight",
+        "layer.1.DenseReluDense.wi_0.weight",
+        "layer.1.DenseReluDense.wi_1.weight",
+        "layer.1.DenseReluDense.wo.weight",
+        "layer.1.layer_norm.weight",
+    ]
+    comfy = {
+        "shared.weight",
+        "encoder.final_layer_norm.weight",
+        *(f"encoder.block.{i}.{n}" for i in range(24) for n in block),
+    }
     assert set(hf) - {"encoder.embed_tokens.weight"} == comfy
     sd, layout = to_hf_layout({k: hf[k] for k in comfy} | {"spiece_model": torch.zeros(1, dtype=torch.uint8)}, "x")
     assert layout == "comfyui" and set(sd) == comfy
     read = umt5_config_from_state_dict(sd)
     assert (read.vocab_size, read.d_model, read.d_kv, read.d_ff, read.num_layers, read.num_heads) == (
-        256384, 4096, 64, 10240, 24, 64)
+        256384,
+        4096,
+        64,
+        10240,
+        24,
+        64,
+    )
 
 
 def test_prompt_cache(reference, spiece, tmp_path):

@@ -39,11 +39,12 @@ def _latents(z_dim: int, frames: int = sum(CHUNKS), h: int = 3, w: int = 5, seed
     return torch.randn(1, z_dim, frames, h, w, generator=torch.Generator().manual_seed(seed))
 
 
-def _stream(vae: WanVAE, z: torch.Tensor, options: VAEDecodeOptions | None, chunks: list[int] = CHUNKS,
-            **kwargs) -> torch.Tensor:
+def _stream(
+    vae: WanVAE, z: torch.Tensor, options: VAEDecodeOptions | None, chunks: list[int] = CHUNKS, **kwargs
+) -> torch.Tensor:
     dec, outs, start = vae.stream_decoder(options=options, **kwargs), [], 0
     for n in chunks:
-        outs.append(dec.decode(z[:, :, start:start + n]))
+        outs.append(dec.decode(z[:, :, start : start + n]))
         start += n
     return torch.cat(outs, dim=2)
 
@@ -67,8 +68,9 @@ def _expect_route(name: str, vae: WanVAE, monkeypatch: pytest.MonkeyPatch) -> Ca
     """Arm checks that the option's route runs; returns a function asserting it did."""
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     seen: dict[str, list] = {"layout": [], "benchmark": []}
-    vae.decoder.register_forward_pre_hook(lambda _m, args: seen["layout"].append(
-        args[0].is_contiguous(memory_format=torch.channels_last_3d)))
+    vae.decoder.register_forward_pre_hook(
+        lambda _m, args: seen["layout"].append(args[0].is_contiguous(memory_format=torch.channels_last_3d))
+    )
     vae.decoder.register_forward_pre_hook(lambda _m, _a: seen["benchmark"].append(torch.backends.cudnn.benchmark))
     fused = _Spy(monkeypatch, [(vae_layers, "norm_silu_padded"), (vae_module, "norm_silu_padded")])
     subpixel = _Spy(monkeypatch, [(vae_layers, "_fold_taps")])
@@ -125,8 +127,9 @@ def test_whole_block_in_one_pass_equals_frame_by_frame(vae_fixture):
     z, reference = _reference(vae_fixture)
     per_frame = vae.decode(z, latent_frames_per_step=1)
     torch.testing.assert_close(reference, per_frame, atol=ATOL, rtol=0)
-    torch.testing.assert_close(_stream(vae, z, VAEDecodeOptions.fast(), chunks=[sum(CHUNKS)]), per_frame,
-                               atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        _stream(vae, z, VAEDecodeOptions.fast(), chunks=[sum(CHUNKS)]), per_frame, atol=ATOL, rtol=0
+    )
 
 
 def test_options_with_tiling(vae_fixture):
@@ -162,8 +165,9 @@ def test_model_default_options_reach_every_decoder(vae_fixture):
     assert vae.stream_decoder().options == vae.decode_options
     assert vae.stream_decoder(options=VAEDecodeOptions()).options == VAEDecodeOptions()
     layouts: list[bool] = []
-    vae.decoder.register_forward_pre_hook(lambda _m, args: layouts.append(
-        args[0].is_contiguous(memory_format=torch.channels_last_3d)))
+    vae.decoder.register_forward_pre_hook(
+        lambda _m, args: layouts.append(args[0].is_contiguous(memory_format=torch.channels_last_3d))
+    )
     z, reference = _reference(vae_fixture)
     out = vae.decode(z, latent_frames_per_step=None)
     assert layouts == [True]  # the option's route, not the reference
@@ -218,9 +222,24 @@ def test_bench_vae_speed_smoke(tmp_path):
     root = Path(__file__).parents[2]
     out = tmp_path / "speed.json"
     env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.run([sys.executable, str(root / "bench" / "bench_vae_speed.py"), "--device", "cpu", "--small",
-                           "--variants", "channels_last,fused_cache,all_eager", "--json", str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(root / "bench" / "bench_vae_speed.py"),
+            "--device",
+            "cpu",
+            "--small",
+            "--variants",
+            "channels_last,fused_cache,all_eager",
+            "--json",
+            str(out),
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     names = [r["name"] for r in data["results"]]

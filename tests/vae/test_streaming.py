@@ -17,7 +17,7 @@ def _chunks(total: int, size: int) -> list[int]:
 def _stream(decoder, z: torch.Tensor, chunks: list[int]) -> list[torch.Tensor]:
     outs, start = [], 0
     for n in chunks:
-        outs.append(decoder.decode(z[:, :, start:start + n]))
+        outs.append(decoder.decode(z[:, :, start : start + n]))
         start += n
     return outs
 
@@ -62,8 +62,9 @@ def test_random_latents_stream_in_uneven_blocks(vae_fixture):
 def test_zero_cache_demo_mode_matches_fixture(vae_fixture):
     settings = vae_fixture.info["stream_block3_zero_cache"]
     assert settings["cache_init"] == "zeros" and settings["output_layout"] == "BCTHW"
-    dec = vae_fixture.vae.stream_decoder(zero_cache_demo=True,
-                                         latent_frames_per_step=settings["latent_frames_per_decoder_call"])
+    dec = vae_fixture.vae.stream_decoder(
+        zero_cache_demo=True, latent_frames_per_step=settings["latent_frames_per_decoder_call"]
+    )
     outs = _stream(dec, vae_fixture.tensors["z"], settings["latent_chunks"])
     assert [o.shape[2] for o in outs] == settings["output_frames_per_chunk"]
     assert vae_fixture.vae.config.temporal_compression - 1 == settings["drop_first_frames"]
@@ -79,7 +80,7 @@ def test_stream_encoder_equals_encode(vae_fixture, chunks):
     enc = vae_fixture.vae.stream_encoder()
     outs, start = [], 0
     for n in chunks:
-        outs.append(enc.encode(video[:, :, start:start + n]))
+        outs.append(enc.encode(video[:, :, start : start + n]))
         start += n
     torch.testing.assert_close(torch.cat(outs, dim=2), vae_fixture.tensors["encode_output_mu"], atol=1e-4, rtol=0)
 

@@ -50,7 +50,7 @@ def _sequential_decode(model: TAEHV, latents: torch.Tensor) -> torch.Tensor:
         for t in range(latents.shape[2]):
             run(0, latents[:, :, t])
     video = torch.stack(frames, dim=2).clamp(0, 1) * 2 - 1  # (B, 3, T, H, W)
-    return video[:, :, model.config.frames_to_trim:]
+    return video[:, :, model.config.frames_to_trim :]
 
 
 def test_decode_matches_sequential_reference(tiny):
@@ -69,7 +69,7 @@ def test_stream_decode_equals_full(tiny, chunks):
     z = torch.randn(1, 16, 4, 3, 5, generator=torch.Generator().manual_seed(2))
     dec, outs, start = tiny.stream_decoder(), [], 0
     for n in chunks:
-        outs.append(dec.decode(z[:, :, start:start + n]))
+        outs.append(dec.decode(z[:, :, start : start + n]))
         start += n
     assert outs[0].shape[2] == 1 + 4 * (chunks[0] - 1)
     torch.testing.assert_close(torch.cat(outs, dim=2), tiny.decode(z), atol=1e-5, rtol=0)
@@ -84,12 +84,18 @@ def test_real_key_layout():
     """The published taew2_1 layout: decoder indices 1..22, encoder 0..17 (taehv.py's nn.Sequential indices)."""
     sd = TAEHV(TAEHVConfig()).state_dict()
     for key, shape in {
-        "decoder.1.weight": (256, 16, 3, 3), "decoder.3.conv.0.weight": (256, 512, 3, 3),
-        "decoder.3.conv.4.weight": (256, 256, 3, 3), "decoder.7.conv.weight": (256, 256, 1, 1),
-        "decoder.8.weight": (128, 256, 3, 3), "decoder.13.conv.weight": (256, 128, 1, 1),
-        "decoder.19.conv.weight": (128, 64, 1, 1), "decoder.22.weight": (3, 64, 3, 3),
-        "encoder.0.weight": (64, 3, 3, 3), "encoder.2.conv.weight": (64, 128, 1, 1),
-        "encoder.12.conv.weight": (64, 64, 1, 1), "encoder.17.weight": (16, 64, 3, 3),
+        "decoder.1.weight": (256, 16, 3, 3),
+        "decoder.3.conv.0.weight": (256, 512, 3, 3),
+        "decoder.3.conv.4.weight": (256, 256, 3, 3),
+        "decoder.7.conv.weight": (256, 256, 1, 1),
+        "decoder.8.weight": (128, 256, 3, 3),
+        "decoder.13.conv.weight": (256, 128, 1, 1),
+        "decoder.19.conv.weight": (128, 64, 1, 1),
+        "decoder.22.weight": (3, 64, 3, 3),
+        "encoder.0.weight": (64, 3, 3, 3),
+        "encoder.2.conv.weight": (64, 128, 1, 1),
+        "encoder.12.conv.weight": (64, 64, 1, 1),
+        "encoder.17.weight": (16, 64, 3, 3),
     }.items():
         assert tuple(sd[key].shape) == shape, key
     assert not any(".skip." in k or k.startswith("decoder.8.bias") for k in sd)
@@ -100,7 +106,9 @@ def test_real_key_layout():
 def test_file_round_trip_and_stride_patch(tiny, tmp_path, suffix):
     sd = {k: v.clone() for k, v in tiny.state_dict().items()}
     # Older files store a stride-2 grow at decoder.7; the model uses stride 1 there and keeps the last rows.
-    sd["decoder.7.conv.weight"] = torch.cat([torch.randn_like(sd["decoder.7.conv.weight"]), sd["decoder.7.conv.weight"]])
+    sd["decoder.7.conv.weight"] = torch.cat(
+        [torch.randn_like(sd["decoder.7.conv.weight"]), sd["decoder.7.conv.weight"]]
+    )
     path = tmp_path / f"taew2_1{suffix}"
     if suffix == ".pth":
         torch.save(sd, path)

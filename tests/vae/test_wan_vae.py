@@ -71,8 +71,13 @@ def test_frame_rule(vae_fixture):
 
 def _to_diffusers(sd: dict[str, torch.Tensor], num_res_blocks: int) -> dict[str, torch.Tensor]:
     """Canonical → diffusers AutoencoderKLWan names, written independently of the loader for a round trip."""
-    resnet = {"residual.0": "norm1", "residual.2": "conv1", "residual.3": "norm2", "residual.6": "conv2",
-              "shortcut": "conv_shortcut"}
+    resnet = {
+        "residual.0": "norm1",
+        "residual.2": "conv1",
+        "residual.3": "norm2",
+        "residual.6": "conv2",
+        "shortcut": "conv_shortcut",
+    }
     per_block = num_res_blocks + 2  # decoder: R+1 resnets, then an upsampler
     out = {}
     for key, v in sd.items():
@@ -100,7 +105,9 @@ def _to_diffusers(sd: dict[str, torch.Tensor], num_res_blocks: int) -> dict[str,
     return out
 
 
-@pytest.mark.parametrize("layout", ["comfyui", "first_stage_model", "vae_prefix", "wan_pth", "wrapped_pth", "diffusers"])
+@pytest.mark.parametrize(
+    "layout", ["comfyui", "first_stage_model", "vae_prefix", "wan_pth", "wrapped_pth", "diffusers"]
+)
 def test_checkpoint_layouts_round_trip(vae_fixture, layout, tmp_path):
     canonical = vae_fixture.vae.state_dict()
     if layout == "comfyui":
@@ -112,7 +119,10 @@ def test_checkpoint_layouts_round_trip(vae_fixture, layout, tmp_path):
     elif layout in ("wan_pth", "wrapped_pth"):
         path, sd = tmp_path / "Wan2.1_VAE.pth", canonical
     else:
-        path, sd = tmp_path / "diffusion_pytorch_model.safetensors", _to_diffusers(canonical, vae_fixture.vae.config.num_res_blocks)
+        path, sd = (
+            tmp_path / "diffusion_pytorch_model.safetensors",
+            _to_diffusers(canonical, vae_fixture.vae.config.num_res_blocks),
+        )
         assert "decoder.up_blocks.1.resnets.0.conv_shortcut.weight" in sd
     if path.suffix == ".pth":
         torch.save({"state_dict": sd} if layout == "wrapped_pth" else sd, path)

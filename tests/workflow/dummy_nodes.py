@@ -88,8 +88,10 @@ class SaveText:
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"value": ("*", {}), "prefix": ("STRING", {"default": "out"})},
-                "hidden": {"unique_id": ("UNIQUE_ID",)}}  # V3-shim style
+        return {
+            "required": {"value": ("*", {}), "prefix": ("STRING", {"default": "out"})},
+            "hidden": {"unique_id": ("UNIQUE_ID",)},
+        }  # V3-shim style
 
     RETURN_TYPES = ()
     FUNCTION = "save"

@@ -18,8 +18,18 @@ HERE = Path(__file__).parent
 def run_cli(capsys, tmp_path, workflow, *extra):
     path = tmp_path / "wf.json"
     path.write_text(workflow if isinstance(workflow, str) else json.dumps(workflow))
-    code = main(["run", str(path), "--nodes-module", "dummy_nodes", "--no-progress",
-                 "--output-dir", str(tmp_path / "out"), *extra])
+    code = main(
+        [
+            "run",
+            str(path),
+            "--nodes-module",
+            "dummy_nodes",
+            "--no-progress",
+            "--output-dir",
+            str(tmp_path / "out"),
+            *extra,
+        ]
+    )
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -31,17 +41,26 @@ def test_success_prints_outputs(capsys, tmp_path, workflow, nodes):
     assert (tmp_path / "out" / "result_3.txt").read_text() == "18"
 
 
-@pytest.mark.parametrize(("mutate", "expected"), [
-    (lambda w: w["2"].update(class_type="Test_Seedd"), "node 2: unknown node type 'Test_Seedd'; did you mean 'Test_Seeded'?"),
-    (lambda w: w["2"]["inputs"].pop("seed"), "node 2 (Test_Seeded), input 'seed': required input is missing"),
-    (lambda w: w["2"]["inputs"].update(x=["7", 0]), "input 'x': links to node 7, which is not in the workflow"),
-    (lambda w: w["2"]["inputs"].update(x=["1", 3]), "input 'x': links to output 3 of node 1 (Test_Number)"),
-    (lambda w: w["1"]["inputs"].update(value=1000), "input 'value': value 1000 is above the maximum 100"),
-    (lambda w: w["2"]["inputs"].update(mode="div"), "input 'mode': 'div' is not one of ['add', 'mul']"),
-    (lambda w: w["2"]["inputs"].update(scale="big"), "input 'scale': expected FLOAT, got str 'big'"),
-    (lambda w: w["1"].update(class_type="Test_Latent", inputs={}), "expects INT but is linked to output 0 of node 1"),
-    (lambda w: w["1"].update(class_type="Test_Add", inputs={"a": ["2", 0], "b": ["2", 0]}), "cycle: 1 → 2 → 1"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda w: w["2"].update(class_type="Test_Seedd"),
+            "node 2: unknown node type 'Test_Seedd'; did you mean 'Test_Seeded'?",
+        ),
+        (lambda w: w["2"]["inputs"].pop("seed"), "node 2 (Test_Seeded), input 'seed': required input is missing"),
+        (lambda w: w["2"]["inputs"].update(x=["7", 0]), "input 'x': links to node 7, which is not in the workflow"),
+        (lambda w: w["2"]["inputs"].update(x=["1", 3]), "input 'x': links to output 3 of node 1 (Test_Number)"),
+        (lambda w: w["1"]["inputs"].update(value=1000), "input 'value': value 1000 is above the maximum 100"),
+        (lambda w: w["2"]["inputs"].update(mode="div"), "input 'mode': 'div' is not one of ['add', 'mul']"),
+        (lambda w: w["2"]["inputs"].update(scale="big"), "input 'scale': expected FLOAT, got str 'big'"),
+        (
+            lambda w: w["1"].update(class_type="Test_Latent", inputs={}),
+            "expects INT but is linked to output 0 of node 1",
+        ),
+        (lambda w: w["1"].update(class_type="Test_Add", inputs={"a": ["2", 0], "b": ["2", 0]}), "cycle: 1 → 2 → 1"),
+    ],
+)
 def test_each_mistake_has_its_message(capsys, tmp_path, workflow, nodes, mutate, expected):
     mutate(workflow)
     code, _, err = run_cli(capsys, tmp_path, workflow)
@@ -70,10 +89,19 @@ def test_subprocess_with_env_module(tmp_path, workflow):
     wf = tmp_path / "wf.json"
     workflow["1"]["inputs"]["value"] = -3
     wf.write_text(json.dumps(workflow))
-    env = {**os.environ, "INFERIX_NODES_MODULE": "dummy_nodes",
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "inferix_core", "run", str(wf), "--output-dir", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    env = {
+        **os.environ,
+        "INFERIX_NODES_MODULE": "dummy_nodes",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "inferix_core", "run", str(wf), "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        "error: node 1 (Test_Number), input 'value': value -3 is below the minimum 0 (allowed 0 to 100)")
+        "error: node 1 (Test_Number), input 'value': value -3 is below the minimum 0 (allowed 0 to 100)"
+    )

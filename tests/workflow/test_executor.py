@@ -60,8 +60,12 @@ def test_interrupt_stops_the_run(workflow, nodes, tmp_path):
     with pytest.raises(InterruptedError_):
         execute(workflow, nodes, output_dir=tmp_path, progress=False)
     assert not any(c.startswith("SaveText") for c in dummy_nodes.CALLS)
-    execute({**workflow, "2": {"class_type": "Test_Add", "inputs": {"a": ["1", 0], "b": ["1", 0]}}},
-            nodes, output_dir=tmp_path, progress=False)  # the flag is cleared for the next run
+    execute(
+        {**workflow, "2": {"class_type": "Test_Add", "inputs": {"a": ["1", 0], "b": ["1", 0]}}},
+        nodes,
+        output_dir=tmp_path,
+        progress=False,
+    )  # the flag is cleared for the next run
 
 
 def test_runs_inside_inference_mode(nodes, tmp_path):

@@ -23,10 +23,16 @@ def test_ui_workflows_convert_to_their_api_twins():
     from inferix_core.workflow import load_workflow
 
     classes = load_node_classes()
-    pairs = [(p, p.with_name(p.stem + "_api.json")) for p in Path(__file__).parents[2].glob("workflows/*.json")
-             if not p.stem.endswith("_api") and p.with_name(p.stem + "_api.json").is_file()]
+    pairs = [
+        (p, p.with_name(p.stem + "_api.json"))
+        for p in Path(__file__).parents[2].glob("workflows/*.json")
+        if not p.stem.endswith("_api") and p.with_name(p.stem + "_api.json").is_file()
+    ]
     for ui_path, api_path in pairs:
         converted = load_workflow(ui_path, classes)
-        expected = {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in load_workflow(api_path).items()}
-        assert {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in converted.items()} == expected, \
+        expected = {
+            k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in load_workflow(api_path).items()
+        }
+        assert {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in converted.items()} == expected, (
             ui_path.name
+        )

@@ -9,15 +9,18 @@ from inferix_core.workflow import apply_overrides, parse_override
 from inferix_core.workflow.loader import as_schemas
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("3.seed=42", ("3", "seed", 42)),
-    ("3.scale=0.5", ("3", "scale", 0.5)),
-    ("6.text=a red car", ("6", "text", "a red car")),
-    ('6.text="42"', ("6", "text", "42")),
-    ("6.flag=true", ("6", "flag", True)),
-    ("6.size=[1, 2]", ("6", "size", [1, 2])),
-    ("6.text=a=b", ("6", "text", "a=b")),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("3.seed=42", ("3", "seed", 42)),
+        ("3.scale=0.5", ("3", "scale", 0.5)),
+        ("6.text=a red car", ("6", "text", "a red car")),
+        ('6.text="42"', ("6", "text", "42")),
+        ("6.flag=true", ("6", "flag", True)),
+        ("6.size=[1, 2]", ("6", "size", [1, 2])),
+        ("6.text=a=b", ("6", "text", "a=b")),
+    ],
+)
 def test_parse(text, expected):
     assert parse_override(text) == expected
 

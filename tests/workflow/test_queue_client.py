@@ -12,8 +12,10 @@ import pytest
 from inferix_core.cli import main
 from inferix_core.workflow.client import ComfyClient
 
-WORKFLOW = {"1": {"class_type": "EmptyImage", "inputs": {"width": 8}},
-            "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "x"}}}
+WORKFLOW = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 8}},
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "x"}},
+}
 
 
 class FakeComfy(BaseHTTPRequestHandler):
@@ -35,20 +37,48 @@ class FakeComfy(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         prompt = body["prompt"]
         if prompt["1"]["inputs"]["width"] <= 0:
-            return self._send(400, {"error": {"type": "prompt_outputs_failed_validation",
-                                              "message": "Prompt outputs failed validation", "details": ""},
-                                    "node_errors": {"1": {"class_type": "EmptyImage", "errors": [
-                                        {"message": "Value 0 smaller than min of 1", "details": "width",
-                                         "extra_info": {"input_name": "width"}}]}}})
+            return self._send(
+                400,
+                {
+                    "error": {
+                        "type": "prompt_outputs_failed_validation",
+                        "message": "Prompt outputs failed validation",
+                        "details": "",
+                    },
+                    "node_errors": {
+                        "1": {
+                            "class_type": "EmptyImage",
+                            "errors": [
+                                {
+                                    "message": "Value 0 smaller than min of 1",
+                                    "details": "width",
+                                    "extra_info": {"input_name": "width"},
+                                }
+                            ],
+                        }
+                    },
+                },
+            )
         pid = f"p{len(self.history)}"
         if prompt["2"]["class_type"] == "Fail":
-            messages = [["execution_error", {"node_id": "2", "node_type": "Fail", "exception_type": "ValueError",
-                                             "exception_message": "bad things"}]]
+            messages = [
+                [
+                    "execution_error",
+                    {
+                        "node_id": "2",
+                        "node_type": "Fail",
+                        "exception_type": "ValueError",
+                        "exception_message": "bad things",
+                    },
+                ]
+            ]
             self.history[pid] = {"outputs": {}, "status": {"status_str": "error", "messages": messages}}
         else:
-            self.history[pid] = {"prompt": [0, pid, prompt], "status": {"status_str": "success", "messages": []},
-                                 "outputs": {"2": {"images": [{"filename": "x_00001_.png", "subfolder": "",
-                                                               "type": "output"}]}}}
+            self.history[pid] = {
+                "prompt": [0, pid, prompt],
+                "status": {"status_str": "success", "messages": []},
+                "outputs": {"2": {"images": [{"filename": "x_00001_.png", "subfolder": "", "type": "output"}]}},
+            }
         self._send(200, {"prompt_id": pid, "number": 0, "node_errors": {}})
 
     def do_GET(self):
@@ -59,11 +89,17 @@ class FakeComfy(BaseHTTPRequestHandler):
         if url.path == "/view":
             return self._send(200, f"bytes of {parse_qs(url.query)['filename'][0]}".encode(), raw=True)
         if url.path == "/object_info":
-            return self._send(200, {"EmptyImage": {"input": {"required": {"width": ["INT", {"min": 1}]}},
-                                                   "output": ["IMAGE"]},
-                                    "SaveImage": {"input": {"required": {"images": ["IMAGE", {}],
-                                                                         "filename_prefix": ["STRING", {}]}},
-                                                  "output": [], "output_node": True}})
+            return self._send(
+                200,
+                {
+                    "EmptyImage": {"input": {"required": {"width": ["INT", {"min": 1}]}}, "output": ["IMAGE"]},
+                    "SaveImage": {
+                        "input": {"required": {"images": ["IMAGE", {}], "filename_prefix": ["STRING", {}]}},
+                        "output": [],
+                        "output_node": True,
+                    },
+                },
+            )
         self._send(404, {})
 
 
@@ -82,7 +118,9 @@ def server(monkeypatch):
 def queue(capsys, tmp_path, server, workflow, *extra):
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(workflow))
-    code = main(["queue", str(path), "--server", server, "--output-dir", str(tmp_path / "out"), "--no-progress", *extra])
+    code = main(
+        ["queue", str(path), "--server", server, "--output-dir", str(tmp_path / "out"), "--no-progress", *extra]
+    )
     return code, capsys.readouterr()
 
 
@@ -96,8 +134,10 @@ def test_success_downloads_outputs(capsys, tmp_path, server):
 def test_validation_error_uses_server_text(capsys, tmp_path, server):
     code, out = queue(capsys, tmp_path, server, WORKFLOW, "--set", "1.width=0")
     assert code == 2
-    assert out.err == ("error: the server refused the workflow: Prompt outputs failed validation\n"
-                       "  - node 1 (EmptyImage), input 'width': Value 0 smaller than min of 1: width\n")
+    assert out.err == (
+        "error: the server refused the workflow: Prompt outputs failed validation\n"
+        "  - node 1 (EmptyImage), input 'width': Value 0 smaller than min of 1: width\n"
+    )
 
 
 def test_execution_error_uses_server_text(capsys, tmp_path, server):

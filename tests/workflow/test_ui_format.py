@@ -9,9 +9,14 @@ from inferix_core.workflow import load_workflow
 
 
 def ui_node(node_id, kind, widgets=None, inputs=(), outputs=(), mode=0):
-    return {"id": node_id, "type": kind, "mode": mode, "widgets_values": widgets,
-            "inputs": [{"name": n, "type": t, "link": link} for n, t, link in inputs],
-            "outputs": [{"name": t, "type": t, "links": []} for t in outputs]}
+    return {
+        "id": node_id,
+        "type": kind,
+        "mode": mode,
+        "widgets_values": widgets,
+        "inputs": [{"name": n, "type": t, "link": link} for n, t, link in inputs],
+        "outputs": [{"name": t, "type": t, "links": []} for t in outputs],
+    }
 
 
 def ui_workflow():
@@ -22,8 +27,13 @@ def ui_workflow():
             ui_node(1, "Test_Number", [3], outputs=["INT"]),
             ui_node(5, "Reroute", None, inputs=[("", "*", 1)], outputs=["INT"]),
             # widgets: seed, its control_after_generate companion, mode, scale, bias (linked, value kept)
-            ui_node(2, "Test_Seeded", [4, "randomize", "mul", 0.5, 0],
-                    inputs=[("x", "INT", 2), ("bias", "INT", 4)], outputs=["INT"]),
+            ui_node(
+                2,
+                "Test_Seeded",
+                [4, "randomize", "mul", 0.5, 0],
+                inputs=[("x", "INT", 2), ("bias", "INT", 4)],
+                outputs=["INT"],
+            ),
             ui_node(4, "PrimitiveNode", [2, "fixed"], outputs=["INT"]),
             ui_node(3, "Test_SaveText", ["final"], inputs=[("value", "*", 3)]),
             ui_node(9, "Note", ["just a comment"]),
@@ -36,8 +46,10 @@ def test_converts_widgets_links_reroutes_and_primitives(nodes):
     api = load_workflow(ui_workflow(), nodes)
     assert api == {
         "1": {"class_type": "Test_Number", "inputs": {"value": 3}},
-        "2": {"class_type": "Test_Seeded", "inputs": {"x": ["1", 0], "seed": 4, "mode": "mul", "scale": 0.5,
-                                                      "bias": 2}},
+        "2": {
+            "class_type": "Test_Seeded",
+            "inputs": {"x": ["1", 0], "seed": 4, "mode": "mul", "scale": 0.5, "bias": 2},
+        },
         "3": {"class_type": "Test_SaveText", "inputs": {"prefix": "final", "value": ["2", 0]}},
     }
 
@@ -84,8 +96,14 @@ def test_ui_format_without_definitions_is_refused(nodes):
 
 
 def test_request_body_and_int_ids_are_accepted(nodes):
-    api = load_workflow({"prompt": {1: {"class_type": "Test_Number", "inputs": {"value": 1}},
-                                    2: {"class_type": "Test_SaveText", "inputs": {"value": [1, 0], "prefix": "a"}}}})
+    api = load_workflow(
+        {
+            "prompt": {
+                1: {"class_type": "Test_Number", "inputs": {"value": 1}},
+                2: {"class_type": "Test_SaveText", "inputs": {"value": [1, 0], "prefix": "a"}},
+            }
+        }
+    )
     assert api["2"]["inputs"]["value"] == ["1", 0]
 
 

@@ -58,8 +58,10 @@ def test_wrong_type_on_link(workflow, nodes):
     workflow["4"] = {"class_type": "Test_Latent", "inputs": {}}
     workflow["2"]["inputs"]["x"] = ["4", 0]
     [msg] = problems(workflow, nodes)
-    assert msg == ("node 2 (Test_Seeded), input 'x': expects INT but is linked to output 0 of node 4 "
-                   "(Test_Latent), which is LATENT")
+    assert msg == (
+        "node 2 (Test_Seeded), input 'x': expects INT but is linked to output 0 of node 4 "
+        "(Test_Latent), which is LATENT"
+    )
 
 
 def test_star_input_accepts_any_type(workflow, nodes):
@@ -78,13 +80,16 @@ def test_cycle(nodes):
     assert "cycle" in msg and "1 → 2 → 1" in msg
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (101, "input 'value': value 101 is above the maximum 100 (allowed 0 to 100)"),
-    (-1, "input 'value': value -1 is below the minimum 0 (allowed 0 to 100)"),
-    ("many", "input 'value': expected INT, got str 'many'"),
-    (True, "input 'value': expected INT, got bool True"),
-    (2.5, "input 'value': expected INT, got float 2.5"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (101, "input 'value': value 101 is above the maximum 100 (allowed 0 to 100)"),
+        (-1, "input 'value': value -1 is below the minimum 0 (allowed 0 to 100)"),
+        ("many", "input 'value': expected INT, got str 'many'"),
+        (True, "input 'value': expected INT, got bool True"),
+        (2.5, "input 'value': expected INT, got float 2.5"),
+    ],
+)
 def test_bad_constants(workflow, nodes, value, expected):
     workflow["1"]["inputs"]["value"] = value
     [msg] = problems(workflow, nodes)
@@ -98,14 +103,17 @@ def test_value_not_in_choice_list_suggests(workflow, nodes):
 
 
 def test_validate_inputs_hook(nodes):
-    wf = {"1": {"class_type": "Test_Picky", "inputs": {"n": 3}},
-          "2": {"class_type": "Test_SaveText", "inputs": {"value": ["1", 0], "prefix": "p"}}}
+    wf = {
+        "1": {"class_type": "Test_Picky", "inputs": {"n": 3}},
+        "2": {"class_type": "Test_SaveText", "inputs": {"value": ["1", 0], "prefix": "p"}},
+    }
     assert problems(wf, nodes) == ["node 1 (Test_Picky): n must be even, got 3"]
 
 
 def test_no_output_node(nodes):
     assert problems({"1": {"class_type": "Test_Number", "inputs": {"value": 1}}}, nodes) == [
-        "the workflow has no output node (a node that saves or shows a result), so nothing would run"]
+        "the workflow has no output node (a node that saves or shows a result), so nothing would run"
+    ]
 
 
 def test_all_problems_are_reported_together(workflow, nodes):
@@ -117,8 +125,12 @@ def test_all_problems_are_reported_together(workflow, nodes):
         validate(workflow, nodes)
     text = str(info.value)
     assert text.startswith("the workflow has 4 problems:")
-    for part in ("node 1 (Test_Number), input 'value'", "node 2 (Test_Seeded), input 'mode'",
-                 "node 3 (Test_SaveText), input 'prefix'", "node 5: unknown node type 'Nope'"):
+    for part in (
+        "node 1 (Test_Number), input 'value'",
+        "node 2 (Test_Seeded), input 'mode'",
+        "node 3 (Test_SaveText), input 'prefix'",
+        "node 5: unknown node type 'Nope'",
+    ):
         assert part in text
 
 

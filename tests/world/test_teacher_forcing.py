@@ -26,9 +26,14 @@ def test_teacher_forcing_matches_kv_cache(window: int) -> None:
     tokens = cfg.frame_tokens(h, w)
     mask = teacher_forcing_mask(num_frames, tokens, n, window)
     with torch.no_grad():
-        full = model(torch.cat([clean, noisy], 2), torch.cat([torch.zeros_like(t_noisy), t_noisy], 1), ctx,
-                     action=torch.cat([action, action], 1), frame_positions=torch.arange(num_frames).repeat(2),
-                     attn_mask=mask)[:, :, num_frames:]
+        full = model(
+            torch.cat([clean, noisy], 2),
+            torch.cat([torch.zeros_like(t_noisy), t_noisy], 1),
+            ctx,
+            action=torch.cat([action, action], 1),
+            frame_positions=torch.arange(num_frames).repeat(2),
+            attn_mask=mask,
+        )[:, :, num_frames:]
         spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, tokens, n, max_frames=num_frames)
         cache = RingKVCache(KVCacheConfig(window_frames=window), spec)
         text = model.prepare_context(ctx)

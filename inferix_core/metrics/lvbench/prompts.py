@@ -72,8 +72,9 @@ def _segment_text(seg: Any, index: int) -> str:
     raise ConfigError(f"Segment {index} has no caption; expected one of {list(TEXT_KEYS)}, found {sorted(seg)}.")
 
 
-def schedule_from_segments(segments: list, fps: float | None = None,
-                           segment_seconds: float = DEFAULT_SEGMENT_SECONDS) -> PromptSchedule:
+def schedule_from_segments(
+    segments: list, fps: float | None = None, segment_seconds: float = DEFAULT_SEGMENT_SECONDS
+) -> PromptSchedule:
     """[(start_seconds, prompt)] sorted by start, from one video's list of caption segments."""
     schedule = []
     for i, seg in enumerate(segments):
@@ -93,7 +94,9 @@ def _video_entry(entry: dict) -> tuple[list, float | None] | None:
     return None
 
 
-def load_prompt_schedules(path: str | Path, segment_seconds: float = DEFAULT_SEGMENT_SECONDS) -> dict[str, PromptSchedule]:
+def load_prompt_schedules(
+    path: str | Path, segment_seconds: float = DEFAULT_SEGMENT_SECONDS
+) -> dict[str, PromptSchedule]:
     """Every video's prompt schedule in an LV-Bench caption JSON, keyed by video id (file stem if none)."""
     path = Path(path)
     if not path.is_file():
@@ -124,18 +127,23 @@ def load_prompt_schedules(path: str | Path, segment_seconds: float = DEFAULT_SEG
                 raise ConfigError(f"'{path}': video '{vid}' has none of {list(SEGMENT_LIST_KEYS)}.")
             add(str(vid), *entry)
     else:
-        raise ConfigError(f"'{path}' is not an LV-Bench caption file; see inferix_core/metrics/lvbench/prompts.py "
-                          "for the accepted shapes.")
+        raise ConfigError(
+            f"'{path}' is not an LV-Bench caption file; see inferix_core/metrics/lvbench/prompts.py "
+            "for the accepted shapes."
+        )
     return schedules
 
 
-def load_prompt_schedule(path: str | Path, video_id: str | None = None,
-                         segment_seconds: float = DEFAULT_SEGMENT_SECONDS) -> PromptSchedule:
+def load_prompt_schedule(
+    path: str | Path, video_id: str | None = None, segment_seconds: float = DEFAULT_SEGMENT_SECONDS
+) -> PromptSchedule:
     """One video's prompt schedule; `video_id` is required when the file holds several videos."""
     schedules = load_prompt_schedules(path, segment_seconds)
     if video_id is None:
         if len(schedules) != 1:
-            raise ConfigError(f"'{path}' holds {len(schedules)} videos; pass video_id (e.g. '{next(iter(schedules))}').")
+            raise ConfigError(
+                f"'{path}' holds {len(schedules)} videos; pass video_id (e.g. '{next(iter(schedules))}')."
+            )
         return next(iter(schedules.values()))
     if video_id not in schedules:
         raise ConfigError(f"Video '{video_id}' is not in '{path}'; it has {sorted(schedules)[:5]}….")

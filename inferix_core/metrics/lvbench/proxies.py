@@ -99,8 +99,9 @@ def block_matching_flow(a: np.ndarray, b: np.ndarray, radius: int = 6, block: in
     h, w = ga.shape[-2:]
     gb = F.pad(gb, [radius] * 4, mode="replicate")
     shifts = [(dy, dx) for dy in range(-radius, radius + 1) for dx in range(-radius, radius + 1)]
-    cost = torch.cat([(ga - gb[..., radius + dy : radius + dy + h, radius + dx : radius + dx + w]).abs()
-                      for dy, dx in shifts], dim=1)  # (1, S, h, w)
+    cost = torch.cat(
+        [(ga - gb[..., radius + dy : radius + dy + h, radius + dx : radius + dx + w]).abs() for dy, dx in shifts], dim=1
+    )  # (1, S, h, w)
     cost = F.avg_pool2d(cost, min(block, h, w))[0]  # (S, hb, wb)
     lengths = torch.tensor([abs(dy) + abs(dx) for dy, dx in shifts], dtype=cost.dtype)
     best = (cost + 1e-3 * lengths[:, None, None]).argmin(dim=0)  # (hb, wb)

@@ -153,8 +153,11 @@ def plot_chunk_scores(result: LVBenchResult, path: str | Path, panel_size: tuple
         draw.text((x0 + 2, top), f"{hi:.3g}", fill="gray")
         draw.text((x0 + 2, bottom - 10), f"{lo:.3g}", fill="gray")
         n = len(vals)
-        pts = [(left + (right - left) * (i / max(n - 1, 1)), bottom - (bottom - top) * (v - lo) / (hi - lo))
-               for i, v in enumerate(vals) if not math.isnan(v)]
+        pts = [
+            (left + (right - left) * (i / max(n - 1, 1)), bottom - (bottom - top) * (v - lo) / (hi - lo))
+            for i, v in enumerate(vals)
+            if not math.isnan(v)
+        ]
         color = "darkorange" if report.is_proxy else "royalblue"
         if len(pts) > 1:
             draw.line(pts, fill=color, width=2)

@@ -85,23 +85,37 @@ def resolve_backends(
         if m == "clarity":
             net, why = _try_load(lambda: networks.load_musiq(networks.locate(wd, "musiq_spaq"), device))
             if net is not None:
-                out[m] = MetricBackend(m, False, "MUSIQ-SPAQ (pyiqa)",
-                                       lambda f, n=net: bm.imaging_quality_frame_scores(f, n), _mean)
+                out[m] = MetricBackend(
+                    m, False, "MUSIQ-SPAQ (pyiqa)", lambda f, n=net: bm.imaging_quality_frame_scores(f, n), _mean
+                )
             else:
                 fallback(m, why, "Laplacian-variance sharpness")
-                out[m] = MetricBackend(m, True, "Laplacian-variance sharpness (proxy)",
-                                       proxies.laplacian_variance_frames, _mean)
+                out[m] = MetricBackend(
+                    m, True, "Laplacian-variance sharpness (proxy)", proxies.laplacian_variance_frames, _mean
+                )
         elif m == "motion":
             if interpolator is not None:
-                out[m] = MetricBackend(m, False, "user-supplied frame interpolator",
-                                       score=lambda f: bm.motion_smoothness(f, interpolator), min_frames=3)
+                out[m] = MetricBackend(
+                    m,
+                    False,
+                    "user-supplied frame interpolator",
+                    score=lambda f: bm.motion_smoothness(f, interpolator),
+                    min_frames=3,
+                )
             else:
-                log.info("Motion smoothness: VBench's AMT-S interpolator has no maintained package to load it "
-                         "with; reporting 'motion_proxy' (linear interpolation of even frames).")
-                out[m] = MetricBackend(m, True, "linear-interpolation error (proxy)",
-                                       score=lambda f: bm.motion_smoothness(f, proxies.linear_interpolate),
-                                       min_frames=3)
+                log.info(
+                    "Motion smoothness: VBench's AMT-S interpolator has no maintained package to load it "
+                    "with; reporting 'motion_proxy' (linear interpolation of even frames)."
+                )
+                out[m] = MetricBackend(
+                    m,
+                    True,
+                    "linear-interpolation error (proxy)",
+                    score=lambda f: bm.motion_smoothness(f, proxies.linear_interpolate),
+                    min_frames=3,
+                )
         elif m == "aesthetic":
+
             def load_aesthetic() -> tuple[torch.nn.Module, torch.nn.Module]:
                 clip = networks.load_clip_vision(networks.locate(wd, "clip_l14"), device)
                 head = networks.load_aesthetic_head(networks.locate(wd, "aesthetic_head"), device)
@@ -109,39 +123,65 @@ def resolve_backends(
                     raise CheckpointLayoutError(
                         f"The aesthetic head takes {head.in_features}-d embeddings but the CLIP in "
                         f"'{networks.NETWORKS['clip_l14'].relpath}' projects to {clip.config.projection_dim}; "
-                        "LAION's head needs CLIP ViT-L/14 (768).")
+                        "LAION's head needs CLIP ViT-L/14 (768)."
+                    )
                 return clip, head
 
             nets, why = _try_load(load_aesthetic)
             if nets is not None:
-                out[m] = MetricBackend(m, False, "LAION head on CLIP ViT-L/14",
-                                       lambda f, n=nets: bm.aesthetic_frame_scores(f, *n), _mean)
+                out[m] = MetricBackend(
+                    m, False, "LAION head on CLIP ViT-L/14", lambda f, n=nets: bm.aesthetic_frame_scores(f, *n), _mean
+                )
             else:
                 log.warning("%s -> aesthetic quality is unavailable (it has no credible weight-free proxy).", why)
                 out[m] = MetricBackend(m, False, "unavailable", unavailable=f"no weight-free proxy; {why}")
         elif m in ("background", "subject"):  # feature consistency: a network's features, else a proxy's
             load, network, key, features, proxy, proxy_features = {
-                "background": (networks.load_clip_vision, "CLIP ViT-B/32", "clip_b32", bm.clip_image_embeddings,
-                               "colour-histogram similarity", proxies.colour_histogram_features),
-                "subject": (networks.load_dino, "DINO ViT-B/16", "dino_b16", bm.dino_cls_features,
-                            "perceptual-hash structure similarity", proxies.structure_features),
+                "background": (
+                    networks.load_clip_vision,
+                    "CLIP ViT-B/32",
+                    "clip_b32",
+                    bm.clip_image_embeddings,
+                    "colour-histogram similarity",
+                    proxies.colour_histogram_features,
+                ),
+                "subject": (
+                    networks.load_dino,
+                    "DINO ViT-B/16",
+                    "dino_b16",
+                    bm.dino_cls_features,
+                    "perceptual-hash structure similarity",
+                    proxies.structure_features,
+                ),
             }[m]
             net, why = _try_load(lambda load=load, key=key: load(networks.locate(wd, key), device))
             if net is not None:
-                out[m] = MetricBackend(m, False, network, lambda f, n=net, fn=features: fn(f, n),
-                                       bm.consistency_from_features, min_frames=2)
+                out[m] = MetricBackend(
+                    m,
+                    False,
+                    network,
+                    lambda f, n=net, fn=features: fn(f, n),
+                    bm.consistency_from_features,
+                    min_frames=2,
+                )
             else:
                 fallback(m, why, proxy)
-                out[m] = MetricBackend(m, True, f"{proxy} (proxy)", proxy_features, bm.consistency_from_features,
-                                       min_frames=2)
+                out[m] = MetricBackend(
+                    m, True, f"{proxy} (proxy)", proxy_features, bm.consistency_from_features, min_frames=2
+                )
         elif m == "dynamic":
             flow, why = _try_load(lambda: networks.load_raft_flow(networks.locate(wd, "raft_large"), device))
             if flow is None:
                 fallback(m, why, "block-matching flow")
                 flow = proxies.block_matching_flow
-            out[m] = MetricBackend(m, why is not None, "RAFT" if why is None else "block-matching flow (proxy)",
-                                   score=lambda f, fl=flow, fps=None: bm.dynamic_degree(f, fl, fps),
-                                   min_frames=2, sample_8fps=True)
+            out[m] = MetricBackend(
+                m,
+                why is not None,
+                "RAFT" if why is None else "block-matching flow (proxy)",
+                score=lambda f, fl=flow, fps=None: bm.dynamic_degree(f, fl, fps),
+                min_frames=2,
+                sample_8fps=True,
+            )
     return out
 
 
@@ -162,6 +202,7 @@ def _score_metric(backend: MetricBackend, frames: np.ndarray, num_chunks: int, w
             a, b = (r.start, r.stop) if isinstance(r, range) else r
             return backend.aggregate(per_frame[a:b])
     else:
+
         def on(r: range | tuple[int, int]) -> float:
             a, b = (r.start, r.stop) if isinstance(r, range) else r
             return backend.score(frames[a:b])
@@ -201,8 +242,14 @@ def score_video(
     frames = to_uint8_frames(frames)
     backends = backends if backends is not None else resolve_backends(metrics, weights_dir, device)
     bounds = chunk_bounds(len(frames), chunks)
-    result = LVBenchResult(video=name, num_frames=len(frames), num_chunks=chunks,
-                           frames_per_chunk=len(frames) // chunks, weighting=weighting, fps=fps)
+    result = LVBenchResult(
+        video=name,
+        num_frames=len(frames),
+        num_chunks=chunks,
+        frames_per_chunk=len(frames) // chunks,
+        weighting=weighting,
+        fps=fps,
+    )
     if bounds is None:
         result.skipped = f"{len(frames)} frames, fewer than {chunks} chunks"
         return result

@@ -86,7 +86,9 @@ class AttentionBlock(nn.Module):
         self.norm3 = LayerNorm(d, config.eps, elementwise_affine=True) if config.cross_attn_norm else nn.Identity()
         self.cross_attn = CrossAttention(config)
         self.norm2 = LayerNorm(d, config.eps, elementwise_affine=False)
-        self.ffn = nn.Sequential(nn.Linear(d, config.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(config.ffn_dim, d))
+        self.ffn = nn.Sequential(
+            nn.Linear(d, config.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(config.ffn_dim, d)
+        )
         self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)
 
     def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None):

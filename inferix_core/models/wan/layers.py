@@ -71,9 +71,7 @@ class RotaryEmbedding3D:
         self._cache: dict[tuple, torch.Tensor] = {}  # tables are built on the CPU in float64 (even under
         # a `with torch.device(...)` context) and moved to the compute device once per chunk position
 
-    def freqs(
-        self, frame_positions: torch.Tensor, height: int, width: int, device: torch.device
-    ) -> torch.Tensor:
+    def freqs(self, frame_positions: torch.Tensor, height: int, width: int, device: torch.device) -> torch.Tensor:
         """Rotations for tokens in (f, h, w) order, as float32 (cos, sin) pairs.
 
         Args:
