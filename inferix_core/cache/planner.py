@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CacheBudgetError, ConfigError
+from ..models.block_swap import transformer_weight_bytes
 from .offload import offload_layout
 from .paged import planned_pages
 from .quant import BITS
@@ -272,6 +273,7 @@ def plan_memory(
     block_frames: int = 3,
     max_frames: int | None = None,
     vae_bytes: int | None = None,
+    resident_blocks: int | None = None,
 ) -> MemoryPlan:
     """Plan GPU memory for a run; see the module docstring.
 
@@ -284,13 +286,15 @@ def plan_memory(
         max_frames: run length in latent frames, needed for global attention (window_frames=-1).
         vae_bytes: the decoder's weights + streaming working set when the caller knows its VAE (see
             `decode_working_set_bytes` of the VAE classes); None = the Wan VAE estimate from `vae_dim`.
+        resident_blocks: with block swap (`models.block_swap`), the transformer blocks kept on the device;
+            the others count only as the two staging slots. None = every block resident.
     """
     cfg = model_config
     elem = _elem(dtype)
     ft = cfg.frame_tokens(latent_h, latent_w)
     spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, ft, block_frames, batch, dtype, "meta", max_frames)
     cache_config.check_block(block_frames)
-    weights = cfg.num_parameters() * elem
+    weights = transformer_weight_bytes(cfg, elem, resident_blocks)
     # one call: n query tokens against a span of `span` tokens (memory-efficient SDPA: no score matrix)
     n = batch * block_frames * ft
     span_frames = max_frames if cache_config.is_global else cache_config.window_frames

@@ -16,6 +16,7 @@ import torch
 from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
 from ..pipeline import SamplingConfig
+from .block_swap import enable_block_swap
 from .fp8 import count_fp8_linears, quantize_linears_fp8
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
@@ -122,6 +123,13 @@ class WorldModel:
             lines.append(
                 f"fp8: {fp8} block linear layers in e4m3 (the embeddings, time projection and head in {self.dtype})"
             )
+        swap = getattr(self.transformer, "block_swap", None)
+        if swap is not None and swap.swapped:
+            lines.append(
+                f"block swap: {swap.resident} of {swap.plan.num_blocks} blocks resident, {len(swap.swapped)} streamed "
+                f"from host memory ({swap.plan.device_bytes / 2**30:.2f} GiB of block weights on the device, "
+                f"{swap.plan.host_bytes / 2**30:.2f} GiB on the host)"
+            )
         if self.action_names:
             lines.append(f"actions: {', '.join(self.action_names)}")
         return "\n".join(lines)
@@ -166,6 +174,7 @@ def load_world_model(
     num_heads: int | None = None,
     fp8: bool = False,
     compile: bool = False,
+    resident_blocks: int | None = None,
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -173,6 +182,10 @@ def load_world_model(
     elementwise work fuses (diffusion 1.24× the reference's speed instead of 0.95× on an H200, see
     docs/performance.md) at the cost of a one-off compilation on the first block (not timed separately on the GPU);
     a Wan VAE on CUDA then also decodes with its compiled options (1.61× instead of 1.28×).
+
+    resident_blocks=N keeps the first N transformer blocks on the device and streams the others from
+    pinned host memory one block ahead (`inferix_core.models.block_swap`); results are bitwise those
+    of the resident model. None (default) keeps every block resident.
 
     fp8=True stores the transformer blocks' linear layers in fp8 e4m3 and runs them as fp8 GEMMs
     (`inferix_core.models.fp8`); the rest of the model stays in `dtype`. Off by default: it trades
@@ -190,8 +203,8 @@ def load_world_model(
     state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads)
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
-    transformer = _build_transformer(config, state, dev, dt, attention)
-    if fp8:
+    transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8)
+    if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
@@ -224,10 +237,24 @@ def _maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
     return model
 
 
-def _build_transformer(config: WanConfig, state: dict, device, dtype, attention: str) -> CausalWanTransformer:
+def _build_transformer(
+    config: WanConfig,
+    state: dict,
+    device,
+    dtype,
+    attention: str,
+    resident_blocks: int | None = None,
+    fp8: bool = False,
+) -> CausalWanTransformer:
     with torch.device("meta"):
         model = CausalWanTransformer(config)
     model.load_state_dict(state, strict=True, assign=True)
+    if resident_blocks is not None and resident_blocks < config.num_layers:
+        # swapped blocks go to pinned host memory before anything moves, so the device never holds them all
+        model = model.to(dtype=dtype).eval().requires_grad_(False)
+        if fp8:  # quantize on the host, so the streamed blocks are fp8 too (half the bytes per copy)
+            quantize_linears_fp8(model)
+        enable_block_swap(model, resident_blocks, device)
     model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
     set_attention_backend(model, attention)
     return model

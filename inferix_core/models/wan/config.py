@@ -65,12 +65,18 @@ class WanConfig:
             )
         return (latent_height // ph) * (latent_width // pw)
 
+    def block_parameters(self) -> int:
+        """Parameter count of one attention block (what block swap streams)."""
+        d, f = self.dim, self.ffn_dim
+        attn = 4 * (d * d + d) + (2 * d if self.qk_norm else 0)  # q k v o + qk norms
+        norm3 = 2 * d if self.cross_attn_norm else 0
+        return 2 * attn + norm3 + (d * f + f + f * d + d) + 6 * d  # self, cross, norm3, ffn, modulation
+
     def num_parameters(self) -> int:
         """Parameter count of the transformer (no action or image branches)."""
-        d, f, L = self.dim, self.ffn_dim, self.num_layers
+        d, L = self.dim, self.num_layers
         pt, ph, pw = self.patch_size
-        attn = 4 * (d * d + d) + 2 * d  # q k v o + qk norms
-        block = 2 * attn + 2 * d + (d * f + f + f * d + d) + 6 * d  # self, cross, norm3, ffn, modulation
+        block = self.block_parameters()
         embed = self.in_dim * pt * ph * pw * d + d
         text = self.text_dim * d + d + d * d + d
         time = self.freq_dim * d + d + d * d + d + d * 6 * d + 6 * d

@@ -1,0 +1,147 @@
+"""Block swap (transformer weight offload): bitwise the same results as the resident model.
+
+The fixtures' pipeline runs with every resident-block count; a deeper random model checks that slots
+are reused across many blocks and across calls; the budget rule is checked against its closed form.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from inferix_core.errors import ConfigError
+from inferix_core.models.block_swap import BlockSwap, block_bytes, enable_block_swap, resident_blocks_for_budget
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
+from inferix_core.models.wan.config import WanConfig
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from tests.models.wan_state import random_wan_state_dict
+from tests.pipeline.test_parity import FILES, FixtureNoise, build
+
+
+def _run_fixture(path, model, sampling, cache_cfg, t, p):
+    B, _F, _C, H, W = p["latent_shape"]
+    pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
+    req = GenerationRequest(
+        num_blocks=p["num_blocks"],
+        latent_height=H,
+        latent_width=W,
+        context=t["text_context"],
+        batch_size=B,
+        noise=FixtureNoise(t, sampling.block_frames),
+    )
+    return torch.cat([b.latents for b in pipe.stream(req)], dim=1)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_swapped_pipeline_equals_resident_bitwise(path):
+    info, t, model, sampling, cache_cfg = build(path)
+    p = info["pipeline"]
+    reference = _run_fixture(path, model, sampling, cache_cfg, t, p)
+    torch.testing.assert_close(reference, t["output_latents"], atol=1e-4, rtol=0)
+    for resident in range(len(model.blocks)):
+        swapped_model = copy.deepcopy(model)
+        enable_block_swap(swapped_model, resident)
+        out = _run_fixture(path, swapped_model, sampling, cache_cfg, t, p)
+        assert torch.equal(out, reference), f"resident={resident}"
+
+
+def _deep_model(num_layers=5):
+    cfg = WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=num_layers)
+    model = CausalWanTransformer(cfg)
+    model.load_state_dict(random_wan_state_dict(cfg, seed=3))
+    return cfg, model.eval()
+
+
+def test_many_blocks_share_two_slots_across_calls():
+    cfg, model = _deep_model()
+    swapped = copy.deepcopy(model)
+    swap = enable_block_swap(swapped, 1)
+    assert swap.swapped == [1, 2, 3, 4]
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randn(1, cfg.text_len, cfg.text_dim, generator=g)
+    for call in range(3):  # several calls: the prefetch wraps from the last swapped block to the first
+        x = torch.randn(1, cfg.in_dim, 2, 4, 6, generator=g)
+        ts = torch.rand(1, 2, generator=g) * 1000
+        with torch.no_grad():
+            assert torch.equal(swapped(x, ts, ctx), model(x, ts, ctx)), f"call {call}"
+    # the swapped blocks point into the two slots, not into copies of their own
+    ptrs = {swapped.blocks[i].ffn[0].weight.data_ptr() for i in swap.swapped}
+    assert len(ptrs) <= 2
+
+
+def test_remove_restores_own_weights():
+    _, model = _deep_model(4)
+    swapped = copy.deepcopy(model)
+    swap = enable_block_swap(swapped, 2)
+    swap.remove()
+    for a, b in zip(swapped.state_dict().values(), model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    ptrs = {swapped.blocks[i].ffn[0].weight.data_ptr() for i in range(4)}
+    assert len(ptrs) == 4
+
+
+def test_plan_and_budget_closed_form():
+    _, model = _deep_model(6)
+    one = block_bytes(model.blocks[0])
+    assert one == sum(p.numel() * 4 for p in model.blocks[0].parameters())
+    swap = BlockSwap(model.blocks, 2, "cpu")
+    assert swap.plan.device_bytes == (2 + 2) * one
+    assert swap.plan.host_bytes == 4 * one
+    assert resident_blocks_for_budget(6, one, 6 * one) == 6
+    assert resident_blocks_for_budget(6, one, 5 * one) == 3  # 3 resident + 2 slots
+    assert resident_blocks_for_budget(6, one, 2 * one) == 0
+    with pytest.raises(ConfigError, match="staging slots"):
+        resident_blocks_for_budget(6, one, 2 * one - 1)
+
+
+def test_bad_resident_count_is_an_error():
+    _, model = _deep_model(3)
+    with pytest.raises(ConfigError, match="between 0 and 3"):
+        BlockSwap(model.blocks, 4, "cpu")
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_load_world_model_with_resident_blocks_generates_the_same_video(tmp_path, fp8):
+    from inferix_core.api import generate_video
+    from inferix_core.models.registry import load_world_model
+    from inferix_core.models.wan.checkpoint import save_wan_checkpoint
+    from tests.fixture_utils import FIXTURES
+
+    cfg = WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=8, text_len=4, num_heads=2, num_layers=4)
+    path = tmp_path / "model.safetensors"
+    save_wan_checkpoint(random_wan_state_dict(cfg, seed=5), path, layout="comfyui", config=cfg)
+    vae = str(FIXTURES / "wan_vae_tiny.safetensors")
+    resident = load_world_model(str(path), vae_path=vae, device="cpu", fp8=fp8)
+    swapped = load_world_model(str(path), vae_path=vae, device="cpu", fp8=fp8, resident_blocks=1)
+    assert "block swap: 1 of 4 blocks resident" in swapped.describe()
+    ctx = torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(1))
+    a = generate_video(resident, ctx, num_blocks=2, width=48, height=32, seed=0)
+    b = generate_video(swapped, ctx, num_blocks=2, width=48, height=32, seed=0)
+    assert torch.isfinite(a.latents).all()
+    assert torch.equal(a.latents, b.latents)
+
+
+def test_block_parameter_formula_matches_the_module():
+    from inferix_core.models.block_swap import transformer_weight_bytes
+
+    for qk, cross in [(True, True), (False, False)]:
+        cfg = WanConfig(dim=32, ffn_dim=48, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=3,
+                        qk_norm=qk, cross_attn_norm=cross)  # fmt: skip
+        model = CausalWanTransformer(cfg)
+        assert cfg.block_parameters() == sum(p.numel() for p in model.blocks[0].parameters())
+        total = sum(p.numel() for p in model.parameters())
+        assert transformer_weight_bytes(cfg, 2) == total * 2 == cfg.num_parameters() * 2
+        # one resident + two slots = every block of a 3-block model; zero resident = two blocks on the device
+        assert transformer_weight_bytes(cfg, 2, 1) == total * 2
+        assert transformer_weight_bytes(cfg, 2, 0) == (total - cfg.block_parameters()) * 2
+
+
+def test_planner_counts_only_resident_blocks_and_slots():
+    from inferix_core.cache import KVCacheConfig, plan_memory
+
+    cfg = WanConfig(num_layers=40, dim=5120, ffn_dim=13824, num_heads=40)  # the 14B shape
+    full = plan_memory(cfg, 60, 104, KVCacheConfig(window_frames=6), max_frames=21)
+    swap = plan_memory(cfg, 60, 104, KVCacheConfig(window_frames=6), max_frames=21, resident_blocks=20)
+    assert full.weights_bytes - swap.weights_bytes == 18 * cfg.block_parameters() * 2
