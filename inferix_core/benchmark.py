@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 PRESETS = {
     # Wan 2.1 T2V 1.3B at 480x832: latents 60x104, 1560 tokens per frame
     "wan-1.3b": dict(config=WanConfig(), latent_height=60, latent_width=104),
+    # Wan 2.1 14B (Krea Realtime's backbone) at 480x832
+    "wan-14b": dict(
+        config=WanConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40), latent_height=60, latent_width=104
+    ),
     # CPU smoke test: a few seconds on 2 cores
     "tiny": dict(
         config=WanConfig(dim=64, ffn_dim=128, freq_dim=32, text_dim=32, text_len=16, num_heads=4, num_layers=2),
@@ -54,6 +58,8 @@ class BenchConfig:
     compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
     decoder: str = "wan"  # with vae_decode: "wan" (the Wan VAE architecture) or "taehv" (the tiny preview decoder)
     vae_fast: bool = False  # Wan VAE decode with VAEDecodeOptions.fast() (channels-last, cuDNN autotune, fused cache…)
+    resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
+    gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
 
 
 class _BlockTimer(PipelineHooks):
@@ -106,15 +112,52 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model)
+    sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
+    cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
+    resident = planned_resident_blocks(cfg, cache) if cfg.resident_blocks is None else cfg.resident_blocks
+    if resident is not None and resident < preset["config"].num_layers:
+        from .models.block_swap import enable_block_swap
+
+        enable_block_swap(model, resident, device)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # hand the swapped blocks' device copies back before a memory cap applies
     if cfg.compile:
         from .models.wan.causal_transformer import compile_blocks
 
         compile_blocks(model, mode=cfg.compile_mode)
-    sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
-    cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     mc = preset["config"]
     context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)
     return BlockDiffusionPipeline(model, sampling, cache), context
+
+
+def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None):
+    """The memory planner's estimate for this benchmark's run (what `planned_gib` reports)."""
+    from .cache import plan_memory
+
+    preset = PRESETS[cfg.preset]
+    return plan_memory(
+        preset["config"],
+        preset["latent_height"],
+        preset["latent_width"],
+        cache,
+        dtype=DTYPES[cfg.dtype],
+        block_frames=cfg.block_frames,
+        max_frames=cfg.latent_frames,
+        vae_bytes=None if cfg.vae_decode else 0,
+        resident_blocks=resident_blocks,
+    )
+
+
+def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | None:
+    """With gpu_memory_gb: the most resident blocks whose planned total fits the card (None: no card)."""
+    if cfg.gpu_memory_gb is None:
+        return None
+    budget = cfg.gpu_memory_gb * 2**30
+    num_layers = PRESETS[cfg.preset]["config"].num_layers
+    for resident in range(num_layers, -1, -1):
+        if bench_memory_plan(cfg, cache, resident).total_bytes <= budget:
+            return resident
+    raise ValueError(f"even with every block swapped the plan does not fit {cfg.gpu_memory_gb} GB")
 
 
 def run_engine_benchmark(cfg: BenchConfig) -> dict:
@@ -143,6 +186,13 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
             else:
                 raise ValueError(f"unknown decoder '{cfg.decoder}'; expected 'wan' or 'taehv'")
 
+    swap = getattr(pipe.model, "block_swap", None)
+    resident = swap.resident if swap is not None and swap.swapped else None
+    planned = bench_memory_plan(cfg, pipe.cache_config, resident).total_bytes
+    if cfg.gpu_memory_gb is not None and cuda:  # the emulated card: the allocator refuses past this
+        torch.cuda.empty_cache()
+        total_memory = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.gpu_memory_gb * 2**30 / total_memory), device)
     runs = []
     for r in range(cfg.warmup + cfg.repeats):
         if cuda:
@@ -184,7 +234,7 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     total_med = statistics.median(r["total_s"] for r in runs)
     per_block = [statistics.median(r["block_s"][i] for r in runs) for i in range(num_blocks)]
     return {
-        "config": {**asdict(cfg), "steps": list(cfg.steps)},
+        "config": {**asdict(cfg), "steps": list(cfg.steps), "preset_layers": preset["config"].num_layers},
         "gpu": torch.cuda.get_device_name() if cuda else "cpu",
         "torch": torch.__version__,
         "pixel_frames": pixel_frames,
@@ -193,6 +243,8 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "median_first_block_s": statistics.median(r["first_block_s"] for r in runs),
         "median_block_s": per_block,
         "peak_gib": max(r["peak_bytes"] for r in runs) / 2**30 if cuda else None,
+        "planned_gib": planned / 2**30,
+        "resident_blocks": resident,
         "runs": runs,
     }
 
@@ -215,6 +267,14 @@ def format_table(result: dict) -> str:
         ("first block (s)", f"{result['median_first_block_s']:.3f}"),
         ("per block (s)", " ".join(f"{b:.3f}" for b in result["median_block_s"])),
         ("peak memory (GiB)", "-" if result["peak_gib"] is None else f"{result['peak_gib']:.2f}"),
+        ("planned (GiB)", f"{result['planned_gib']:.2f}" if "planned_gib" in result else "-"),
+        (
+            "block swap",
+            "off"
+            if result.get("resident_blocks") is None
+            else f"{result['resident_blocks']} of {c['preset_layers']} blocks resident",
+        ),
+        ("emulated card (GB)", c.get("gpu_memory_gb") or "-"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -35,3 +35,26 @@ def test_bench_tiny_cpu(tmp_path, capsys):
     assert result["pixel_frames"] == 21 and result["fps"] > 0
     assert len(result["median_block_s"]) == 2 and all(t > 0 for t in result["median_block_s"])
     assert "FPS (pixel frames)" in capsys.readouterr().out
+
+
+def test_bench_block_swap_cpu(tmp_path, capsys):
+    """--resident-blocks runs the swapped model (tiny preset: 2 blocks, 1 resident) and reports it."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--latent-frames", "6"]
+    args += ["--warmup", "0", "--repeats", "1", "--resident-blocks", "1", "--json", str(out)]
+    assert main(args) == 0
+    result = json.loads(out.read_text())
+    assert result["resident_blocks"] == 1 and result["planned_gib"] > 0
+    assert "1 of 2 blocks resident" in capsys.readouterr().out
+
+
+def test_planned_resident_blocks_fit_the_card():
+    from inferix_core.benchmark import BenchConfig, bench_memory_plan, planned_resident_blocks
+    from inferix_core.cache import KVCacheConfig
+
+    cache = KVCacheConfig(window_frames=6)
+    cfg = BenchConfig(preset="wan-14b", window_frames=6, gpu_memory_gb=24)
+    resident = planned_resident_blocks(cfg, cache)
+    assert 0 < resident < 40
+    assert bench_memory_plan(cfg, cache, resident).total_bytes <= 24 * 2**30
+    assert bench_memory_plan(cfg, cache, resident + 1).total_bytes > 24 * 2**30

@@ -9,7 +9,9 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the engine with random weights (table + JSON)")
-    p.add_argument("--preset", default="wan-1.3b", choices=["wan-1.3b", "tiny"], help="model size and resolution")
+    p.add_argument(
+        "--preset", default="wan-1.3b", choices=["wan-1.3b", "wan-14b", "tiny"], help="model size and resolution"
+    )
     p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default="cuda", help="cuda or cpu")
@@ -28,6 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="transformer-block linears in fp8 e4m3 (torch._scaled_mm on CUDA ≥ 8.9, an explicit emulation elsewhere)",
     )
+    p.add_argument(
+        "--resident-blocks",
+        type=int,
+        help="block swap: keep this many transformer blocks on the GPU and stream the rest from host memory",
+    )
+    p.add_argument(
+        "--gpu-memory",
+        type=float,
+        metavar="GB",
+        help="emulate a card of this many GiB (per-process memory cap); block swap is planned to fit it",
+    )
     p.add_argument("--json", type=Path, help="write the full result here")
     p.set_defaults(func=run)
 
@@ -39,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         preset=args.preset, latent_frames=args.latent_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
-        compile=args.compile, fp8=args.fp8,
+        compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,
     )  # fmt: skip
     result = run_engine_benchmark(cfg)
     print(format_table(result))
