@@ -197,6 +197,43 @@ class FP8Linear(nn.Module):
         return self
 
 
+class FP8WeightLinear(FP8Linear):
+    """Weight-only fp8: the weight stays in e4m3 (half the bytes of bf16), each call dequantizes it.
+
+    Why: a user's fp8-scaled checkpoint (ComfyUI `*_fp8_e4m3fn_scaled.safetensors`) is already e4m3;
+    dequantizing it at load doubles its memory (a 14B model: 28 GB instead of 14). Here the stored
+    values and scales are kept as they are and `weight.float() * scale` is cast to the input's dtype on
+    each call, the same arithmetic as dequantizing at load, so the outputs are bitwise those of the
+    dequantized model; the GEMM itself runs in the compute dtype (no activation quantization, unlike
+    `FP8Linear`). The cost is one dequantization pass over the weight per call.
+    """
+
+    @classmethod
+    def from_stored(
+        cls, weight: torch.Tensor, scale: torch.Tensor | None, bias: torch.Tensor | None
+    ) -> FP8WeightLinear:
+        """Wrap stored e4m3 values and their scale (per tensor, or one per output row) as they are."""
+        if weight.dtype != FP8_DTYPE:
+            raise ValueError(f"expected a float8_e4m3fn weight, got {weight.dtype}")
+        n, k = weight.shape
+        new = cls(k, n, bias=bias is not None, device=weight.device, dtype=bias.dtype if bias is not None else None)
+        new.weight = nn.Parameter(weight, requires_grad=False)
+        scale = torch.ones((), device=weight.device) if scale is None else scale.float()
+        new.weight_scale = scale.reshape(1, -1).expand(1, n).contiguous() if scale.numel() in (1, n) else None
+        if new.weight_scale is None:
+            raise ValueError(f"a weight scale must have 1 or {n} values, got {scale.numel()}")
+        if bias is not None:
+            new.bias = nn.Parameter(bias, requires_grad=False)
+        return new
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ", weight-only (dequantized per call)"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.dequantized_weight().to(x.dtype)
+        return nn.functional.linear(x, w, None if self.bias is None else self.bias.to(x.dtype))
+
+
 @dataclass
 class FP8Report:
     """What `quantize_linears_fp8` did: qualified names of the swapped layers, and the kept ones with why."""
@@ -206,7 +243,9 @@ class FP8Report:
     bytes_saved: int = 0  # weight memory freed (the bf16/fp32 weights minus the fp8 weights and their scales)
 
 
-def quantize_linears_fp8(model: nn.Module, skip: Iterable[str] = (), scope: str = DEFAULT_SCOPE) -> FP8Report:
+def quantize_linears_fp8(
+    model: nn.Module, skip: Iterable[str] = (), scope: str = DEFAULT_SCOPE, weight_only: bool = False
+) -> FP8Report:
     """Swap the `nn.Linear` layers of the transformer blocks for `FP8Linear`, in place.
 
     Quantized: every linear under `scope` ("blocks." = self-attention q/k/v/o, cross-attention q/k/v/o,
@@ -221,6 +260,7 @@ def quantize_linears_fp8(model: nn.Module, skip: Iterable[str] = (), scope: str 
         model: a `CausalWanTransformer` (any module whose block linears live under `scope`), weights loaded.
         skip: `fnmatch` patterns of qualified names to keep unquantized (e.g. ``"blocks.0.*"``).
         scope: prefix of the qualified names that are candidates.
+        weight_only: `FP8WeightLinear` (e4m3 storage, compute-dtype GEMM) instead of `FP8Linear` (fp8 GEMM).
     Layers whose in/out features are not multiples of 16 (a `_scaled_mm` requirement) are kept, with a
     log line, so that CPU and GPU quantize the same layers. Logs the emulation warning once when the
     model's device cannot run fp8 GEMMs.
@@ -242,13 +282,14 @@ def quantize_linears_fp8(model: nn.Module, skip: Iterable[str] = (), scope: str 
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)
-        new = FP8Linear.from_linear(linear)
+        new = (FP8WeightLinear if weight_only else FP8Linear).from_linear(linear)
         report.bytes_saved += linear.weight.nbytes - new.weight.nbytes - new.weight_scale.nbytes
         setattr(parent, child, new)
         report.quantized.append(name)
         devices.add(linear.weight.device)
     for device in devices:
-        scaled_mm_supported(device)
+        if not weight_only:  # weight-only layers run a compute-dtype GEMM: no fp8 kernel is needed
+            scaled_mm_supported(device)
     log.info(
         "fp8: %d linear layers quantized to e4m3 (%.1f MiB of weights saved), %d kept",
         len(report.quantized),
@@ -258,6 +299,9 @@ def quantize_linears_fp8(model: nn.Module, skip: Iterable[str] = (), scope: str 
     return report
 
 
-def count_fp8_linears(model: nn.Module) -> int:
-    """Number of `FP8Linear` layers in `model` (0 when fp8 mode is off)."""
-    return sum(isinstance(m, FP8Linear) for m in model.modules())
+def count_fp8_linears(model: nn.Module, weight_only: bool | None = None) -> int:
+    """Number of fp8 layers in `model` (0 when fp8 is off); weight_only=True/False counts one kind only."""
+    return sum(
+        isinstance(m, FP8Linear) and (weight_only is None or isinstance(m, FP8WeightLinear) == weight_only)
+        for m in model.modules()
+    )

@@ -17,7 +17,7 @@ from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
 from ..pipeline import SamplingConfig
 from .block_swap import enable_block_swap
-from .fp8 import count_fp8_linears, quantize_linears_fp8
+from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -118,7 +118,12 @@ class WorldModel:
             f"vae: {'yes' if self.vae is not None else 'none'}; text encoder: "
             f"{'yes' if self.text_encoder is not None else 'none (fixed context)' if self.default_context is not None else 'none'}",
         ]
-        fp8 = count_fp8_linears(self.transformer)
+        fp8 = count_fp8_linears(self.transformer, weight_only=False)
+        stored = count_fp8_linears(self.transformer, weight_only=True)
+        if stored:
+            lines.append(
+                f"fp8 weights: {stored} block linear layers stored in e4m3, dequantized per call to {self.dtype}"
+            )
         if fp8:
             lines.append(
                 f"fp8: {fp8} block linear layers in e4m3 (the embeddings, time projection and head in {self.dtype})"
@@ -175,6 +180,7 @@ def load_world_model(
     fp8: bool = False,
     compile: bool = False,
     resident_blocks: int | None = None,
+    fp8_weights: bool = False,
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -182,6 +188,11 @@ def load_world_model(
     elementwise work fuses (diffusion 1.24× the reference's speed instead of 0.95× on an H200, see
     docs/performance.md) at the cost of a one-off compilation on the first block (not timed separately on the GPU);
     a Wan VAE on CUDA then also decodes with its compiled options (1.61× instead of 1.28×).
+
+    fp8_weights=True keeps the block linears' weights in e4m3 (half the memory of bf16) and dequantizes
+    each per call (`FP8WeightLinear`): an fp8-scaled file keeps its stored values and scales, so the
+    outputs are bitwise those of dequantizing at load; any other file is quantized at load (per output
+    channel). The GEMMs stay in `dtype` (unlike fp8=True, which also quantizes the activations).
 
     resident_blocks=N keeps the first N transformer blocks on the device and streams the others from
     pinned host memory one block ahead (`inferix_core.models.block_swap`); results are bitwise those
@@ -200,10 +211,12 @@ def load_world_model(
 
     if not Path(path).exists():
         raise MissingFileError(f"model file '{path}' does not exist; put it in ComfyUI's models/diffusion_models")
-    state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads)
+    if fp8 and fp8_weights:
+        raise ConfigError("fp8=True already stores the block weights in fp8; leave fp8_weights off with it")
+    state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads, keep_fp8=fp8_weights)
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
-    transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8)
+    transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8, fp8_weights)
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
@@ -245,10 +258,15 @@ def _build_transformer(
     attention: str,
     resident_blocks: int | None = None,
     fp8: bool = False,
+    fp8_weights: bool = False,
 ) -> CausalWanTransformer:
     with torch.device("meta"):
         model = CausalWanTransformer(config)
+    if fp8_weights:
+        _use_stored_fp8(model, state, dtype)
     model.load_state_dict(state, strict=True, assign=True)
+    if fp8_weights:  # block linears not stored in fp8 are quantized now (on the host, before any move)
+        quantize_linears_fp8(model, weight_only=True)
     if resident_blocks is not None and resident_blocks < config.num_layers:
         # swapped blocks go to pinned host memory before anything moves, so the device never holds them all
         model = model.to(dtype=dtype).eval().requires_grad_(False)
@@ -258,6 +276,30 @@ def _build_transformer(
     model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
     set_attention_backend(model, attention)
     return model
+
+
+def _use_stored_fp8(model: torch.nn.Module, state: dict, dtype: torch.dtype) -> None:
+    """Turn the block linears whose stored weight is e4m3 into `FP8WeightLinear`s holding it as is.
+
+    The state's `<layer>.scale_weight` becomes the layer's `weight_scale`; e4m3 weights outside the
+    blocks (rare) are dequantized to `dtype` as the loader would have done.
+    """
+    kept = 0
+    for key in [k for k, t in state.items() if k.endswith(".weight") and t.dtype == FP8_DTYPE]:
+        name = key.removesuffix(".weight")
+        scale = state.pop(f"{name}.scale_weight", None)
+        module = model.get_submodule(name)
+        if not (isinstance(module, torch.nn.Linear) and name.startswith("blocks.")):
+            state[key] = (state[key].float() * (1.0 if scale is None else scale.float())).to(dtype)
+            continue
+        layer = FP8WeightLinear.from_stored(state[key], scale, state.get(f"{name}.bias"))
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, layer)
+        state[f"{name}.weight_scale"] = layer.weight_scale
+        kept += 1
+    for key in [k for k in state if k.endswith(".scale_weight")]:  # scales of non-fp8 weights were applied
+        state.pop(key)
+    log.info("fp8 weights: %d block linears keep their stored e4m3 values", kept)
 
 
 def set_attention_backend(model: torch.nn.Module, name: str) -> None:
