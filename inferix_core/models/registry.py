@@ -181,6 +181,7 @@ def load_world_model(
     compile: bool = False,
     resident_blocks: int | None = None,
     fp8_weights: bool = False,
+    text_encoder_placement: str = "device",
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -193,6 +194,10 @@ def load_world_model(
     each per call (`FP8WeightLinear`): an fp8-scaled file keeps its stored values and scales, so the
     outputs are bitwise those of dequantizing at load; any other file is quantized at load (per output
     channel). The GEMMs stay in `dtype` (unlike fp8=True, which also quantizes the activations).
+
+    text_encoder_placement: "device" keeps umT5 on the device; "cpu" runs it on the host; "offload"
+    keeps it on the host and moves it to the device only while it encodes a new prompt
+    (`inferix_core.text.placement`). The prompt cache makes re-encoding rare either way.
 
     resident_blocks=N keeps the first N transformer blocks on the device and streams the others from
     pinned host memory one block ahead (`inferix_core.models.block_swap`); results are bitwise those
@@ -221,7 +226,13 @@ def load_world_model(
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
-    text = _load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
+    if text_encoder_placement not in ("device", "cpu", "offload"):
+        raise ConfigError(f"text_encoder_placement must be device, cpu or offload, not '{text_encoder_placement}'")
+    text = (
+        _load_text_encoder(text_encoder_path, config.text_len, dev, dt, text_encoder_placement)
+        if text_encoder_path
+        else None
+    )
     model = WorldModel(
         fam,
         config,
@@ -335,13 +346,16 @@ def _load_preview(path: str, full_vae, device, dtype):
     return load_preview_decoder(path, full_vae, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
 
 
-def _load_text_encoder(path: str, text_len: int, device, dtype):
+def _load_text_encoder(path: str, text_len: int, device, dtype, placement: str = "device"):
+    from ..text.placement import PlacedTextEncoder
     from ..text.umt5 import PromptCache, UMT5TextEncoder
 
+    runs_on = device if placement != "cpu" else torch.device("cpu")
+    load_to = device if placement == "device" else torch.device("cpu")  # never all of it on the GPU otherwise
     encoder = UMT5TextEncoder.load(
-        path, text_len=text_len, device=device, dtype=dtype if device.type == "cuda" else torch.float32
+        path, text_len=text_len, device=load_to, dtype=dtype if runs_on.type == "cuda" else torch.float32
     )
-    return PromptCache(encoder)  # re-encoding an earlier prompt costs nothing
+    return PromptCache(PlacedTextEncoder(encoder, placement, device))  # re-encoding an earlier prompt costs nothing
 
 
 def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldModel:

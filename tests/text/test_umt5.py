@@ -253,3 +253,27 @@ def test_prompt_cache(reference, spiece, tmp_path):
     assert (cache.hits, cache.misses) == (3, 2)
     cache.encode(["a boat at night"])  # evicts the least recently used (PROMPTS[0])
     assert len(cache) == 2 and PROMPTS[0] not in cache and PROMPTS[1] in cache
+
+
+@pytest.mark.parametrize("placement", ["device", "cpu", "offload"])
+def test_placements_give_the_same_embeddings(reference, spiece, tmp_path, placement):
+    from inferix_core.text import PlacedTextEncoder
+
+    path = tmp_path / "umt5.safetensors"
+    save_file(_comfy_sd(reference, spiece), str(path))
+    enc = UMT5TextEncoder.load(path, text_len=TEXT_LEN)
+    placed = PlacedTextEncoder(enc, placement, "cpu")
+    out = placed.encode(PROMPTS)
+    torch.testing.assert_close(out, _expected(reference, spiece), atol=1e-5, rtol=0)
+    assert out.device.type == "cpu" and placed.device.type == "cpu"
+    assert (placed.resident_bytes() > 0) == (placement == "device")
+
+
+def test_unknown_placement_is_an_error(reference, spiece, tmp_path):
+    from inferix_core.errors import ConfigError
+    from inferix_core.text import PlacedTextEncoder
+
+    path = tmp_path / "umt5.safetensors"
+    save_file(_comfy_sd(reference, spiece), str(path))
+    with pytest.raises(ConfigError, match="device, cpu, offload"):
+        PlacedTextEncoder(UMT5TextEncoder.load(path, text_len=TEXT_LEN), "gpu", "cpu")
