@@ -274,6 +274,7 @@ def plan_memory(
     max_frames: int | None = None,
     vae_bytes: int | None = None,
     resident_blocks: int | None = None,
+    fp8_block_weights: bool = False,
 ) -> MemoryPlan:
     """Plan GPU memory for a run; see the module docstring.
 
@@ -288,13 +289,14 @@ def plan_memory(
             `decode_working_set_bytes` of the VAE classes); None = the Wan VAE estimate from `vae_dim`.
         resident_blocks: with block swap (`models.block_swap`), the transformer blocks kept on the device;
             the others count only as the two staging slots. None = every block resident.
+        fp8_block_weights: the block linears' weights stored in e4m3 (`fp8_weights` / `fp8`).
     """
     cfg = model_config
     elem = _elem(dtype)
     ft = cfg.frame_tokens(latent_h, latent_w)
     spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, ft, block_frames, batch, dtype, "meta", max_frames)
     cache_config.check_block(block_frames)
-    weights = transformer_weight_bytes(cfg, elem, resident_blocks)
+    weights = transformer_weight_bytes(cfg, elem, resident_blocks, fp8_block_weights)
     # one call: n query tokens against a span of `span` tokens (memory-efficient SDPA: no score matrix)
     n = batch * block_frames * ft
     span_frames = max_frames if cache_config.is_global else cache_config.window_frames
@@ -383,3 +385,56 @@ def _largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int
         if cache_cost(dataclasses.replace(config, window_frames=w), spec).device_bytes <= avail:
             return w
     return None
+
+
+def plan_resident_blocks(
+    model_config,
+    budget_bytes: int,
+    latent_h: int,
+    latent_w: int,
+    cache_config: KVCacheConfig,
+    dtype: torch.dtype = torch.bfloat16,
+    block_frames: int = 3,
+    max_frames: int | None = None,
+    vae_bytes: int | None = None,
+    other_bytes: int = 0,
+    fp8_block_weights: bool = False,
+) -> tuple[int, MemoryPlan]:
+    """The most transformer blocks that can stay on the device (block swap streams the rest) within budget.
+
+    Everything else of the run is planned first (KV cache as requested, activations, VAE, `other_bytes`
+    such as a resident text encoder); the blocks get what is left. Returns (resident_blocks, the plan
+    with them). Raises CacheBudgetError naming the cheapest fix when even zero resident blocks (two
+    staging slots) do not fit.
+    """
+    num_layers = model_config.num_layers
+    plan = None
+    for resident in range(num_layers, -1, -1):
+        plan = plan_memory(
+            model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
+            max_frames=max_frames, vae_bytes=vae_bytes, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
+        )  # fmt: skip
+        if plan.total_bytes + other_bytes <= budget_bytes:
+            if resident < num_layers:
+                log.info(
+                    "memory plan: %d of %d transformer blocks resident (block swap) to fit %s",
+                    resident,
+                    num_layers,
+                    _format_bytes(budget_bytes),
+                )
+            return resident, plan
+    assert plan is not None
+    short = plan.total_bytes + other_bytes - budget_bytes
+    cache = plan.requested_cache.device_bytes
+    fixes = []
+    if other_bytes:
+        fixes.append(f"text_encoder_placement='offload' (frees {_format_bytes(other_bytes)})")
+    if cache:
+        fixes.append(f"a shorter KV window or quantization='int8' (the cache takes {_format_bytes(cache)})")
+    if not fp8_block_weights:
+        fixes.append("fp8_weights=True")
+    raise CacheBudgetError(
+        f"even with every transformer block streamed from host memory the run needs "
+        f"{_format_bytes(plan.total_bytes + other_bytes)}, {_format_bytes(short)} more than the budget of "
+        f"{_format_bytes(budget_bytes)}; try {', or '.join(fixes)}"
+    )

@@ -182,6 +182,7 @@ def load_world_model(
     resident_blocks: int | None = None,
     fp8_weights: bool = False,
     text_encoder_placement: str = "device",
+    gpu_memory: int | None = None,
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -198,6 +199,11 @@ def load_world_model(
     text_encoder_placement: "device" keeps umT5 on the device; "cpu" runs it on the host; "offload"
     keeps it on the host and moves it to the device only while it encodes a new prompt
     (`inferix_core.text.placement`). The prompt cache makes re-encoding rare either way.
+
+    gpu_memory (bytes): plan block swap for a card of this size when resident_blocks is None: the
+    memory planner reserves the KV cache (the family's default window), activations, the VAE and a
+    resident text encoder at the model's size (480×832 unless it has its own), and keeps as many
+    blocks resident as fit; a run that cannot fit is refused before anything is loaded, naming a fix.
 
     resident_blocks=N keeps the first N transformer blocks on the device and streams the others from
     pinned host memory one block ahead (`inferix_core.models.block_swap`); results are bitwise those
@@ -221,6 +227,10 @@ def load_world_model(
     state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads, keep_fp8=fp8_weights)
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
+    if gpu_memory is not None and resident_blocks is None:
+        resident_blocks = _planned_resident_blocks(
+            config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement
+        )
     transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8, fp8_weights)
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
@@ -287,6 +297,21 @@ def _build_transformer(
     model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
     set_attention_backend(model, attention)
     return model
+
+
+def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement) -> int | None:
+    """Block swap for a `budget`-byte card (see load_world_model's gpu_memory); None when all blocks fit."""
+    from ..cache.planner import plan_resident_blocks
+
+    text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
+    latent_h, latent_w = 60, 104  # 480x832 through the Wan VAE's 8x
+    window = family.cache.window_frames
+    resident, plan = plan_resident_blocks(
+        config, budget, latent_h, latent_w, family.cache, dtype=dtype, block_frames=family.sampling.block_frames,
+        max_frames=21 if window == -1 else None, other_bytes=text_bytes, fp8_block_weights=fp8_blocks,
+    )  # fmt: skip
+    log.info("memory plan for a %.1f GiB budget:\n%s", budget / 2**30, plan.describe())
+    return None if resident >= config.num_layers else resident
 
 
 def _use_stored_fp8(model: torch.nn.Module, state: dict, dtype: torch.dtype) -> None:

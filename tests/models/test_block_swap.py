@@ -145,3 +145,55 @@ def test_planner_counts_only_resident_blocks_and_slots():
     full = plan_memory(cfg, 60, 104, KVCacheConfig(window_frames=6), max_frames=21)
     swap = plan_memory(cfg, 60, 104, KVCacheConfig(window_frames=6), max_frames=21, resident_blocks=20)
     assert full.weights_bytes - swap.weights_bytes == 18 * cfg.block_parameters() * 2
+
+
+def test_plan_resident_blocks_fills_the_budget_and_names_a_fix():
+    from inferix_core.cache import KVCacheConfig
+    from inferix_core.cache.planner import plan_memory, plan_resident_blocks
+    from inferix_core.errors import CacheBudgetError
+
+    cfg = WanConfig(num_layers=40, dim=5120, ffn_dim=13824, num_heads=40)
+    cache = KVCacheConfig(window_frames=6)
+    resident, plan = plan_resident_blocks(cfg, 24 * 2**30, 60, 104, cache, max_frames=21, vae_bytes=0)
+    assert 0 < resident < 40 and plan.total_bytes <= 24 * 2**30
+    nxt = plan_memory(cfg, 60, 104, cache, max_frames=21, vae_bytes=0, resident_blocks=resident + 1)
+    assert nxt.total_bytes > 24 * 2**30
+    full, _ = plan_resident_blocks(cfg, 200 * 2**30, 60, 104, cache, max_frames=21, vae_bytes=0)
+    assert full == 40
+    with pytest.raises(CacheBudgetError, match="fp8_weights=True"):
+        plan_resident_blocks(cfg, 4 * 2**30, 60, 104, cache, max_frames=21, vae_bytes=0, other_bytes=2**30)
+
+
+def test_fp8_block_weight_bytes_match_a_quantized_model():
+    from inferix_core.models.block_swap import transformer_weight_bytes
+    from inferix_core.models.fp8 import quantize_linears_fp8
+
+    cfg = WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=3)
+    model = CausalWanTransformer(cfg).to(torch.bfloat16)
+    quantize_linears_fp8(model, weight_only=True)
+    actual = sum(t.nbytes for t in [*model.parameters(), *model.buffers()])
+    scales = sum(b.nbytes for n, b in model.named_buffers() if n.endswith("weight_scale"))
+    assert transformer_weight_bytes(cfg, 2, fp8_block_weights=True) == actual - scales
+
+
+def test_load_world_model_plans_block_swap_from_gpu_memory(tmp_path):
+    from inferix_core.cache.planner import plan_resident_blocks
+    from inferix_core.models.registry import get_family, load_world_model
+    from inferix_core.models.wan.checkpoint import save_wan_checkpoint
+
+    cfg = WanConfig(dim=64, ffn_dim=128, freq_dim=16, text_dim=8, text_len=4, num_heads=2, num_layers=6)
+    path = tmp_path / "model.safetensors"
+    save_wan_checkpoint(random_wan_state_dict(cfg, seed=5), path, layout="comfyui", config=cfg)
+    fam = get_family("self_forcing")
+    # a budget that holds the run with exactly 3 resident blocks (per the planner's own sums at 480x832)
+    full, _ = plan_resident_blocks(cfg, 2**40, 60, 104, fam.cache, dtype=torch.float32, max_frames=21)
+    assert full == 6
+    from inferix_core.cache.planner import plan_memory
+
+    budget = plan_memory(cfg, 60, 104, fam.cache, dtype=torch.float32, max_frames=21, resident_blocks=3).total_bytes
+    wm = load_world_model(str(path), device="cpu", gpu_memory=budget)
+    assert wm.transformer.block_swap.resident == 3
+    from inferix_core.errors import CacheBudgetError
+
+    with pytest.raises(CacheBudgetError, match="more than the budget"):
+        load_world_model(str(path), device="cpu", gpu_memory=2**20)
