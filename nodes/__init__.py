@@ -13,6 +13,7 @@ from .compat import HAVE_COMFY_API
 from .kv_cache_config import InferixKVCacheConfig
 from .load_world_model import InferixLoadWorldModel
 from .lvbench_prompts import InferixLVBenchPrompts
+from .memory_settings import InferixMemorySettings
 from .reports import InferixLVBenchScore, InferixProfileReport
 from .schedules import InferixActionSchedule, InferixPromptSchedule
 from .stream_out import InferixStreamOut
@@ -23,6 +24,7 @@ comfy_runtime.register_model_folders()
 
 NODES = [
     InferixLoadWorldModel,
+    InferixMemorySettings,
     InferixKVCacheConfig,
     InferixPromptSchedule,
     InferixLVBenchPrompts,

@@ -121,6 +121,12 @@ class InferixLoadWorldModel(io.ComfyNode):
                     "faster diffusion on an H200). The first block of the first run compiles "
                     "first (a one-off wait); later runs reuse it.",
                 ),
+                types.MemorySettings.Input(
+                    "memory",
+                    optional=True,
+                    tooltip="From Inferix Memory Settings: block swap, fp8 weights and text-encoder placement "
+                    "for GPUs smaller than the model. Unconnected: everything on the GPU.",
+                ),
             ],
             outputs=[
                 types.WorldModel.Output(
@@ -165,6 +171,7 @@ class InferixLoadWorldModel(io.ComfyNode):
         device: str,
         fp8: bool = False,
         compile: bool = False,
+        memory=None,
     ) -> io.NodeOutput:
         # fp8/compile default here too: ComfyUI passes no value for an optional input a workflow lacks.
         # No model cache of our own: ComfyUI re-runs this node whenever any input (these two included) changes.
@@ -180,6 +187,7 @@ class InferixLoadWorldModel(io.ComfyNode):
             attention=attention,
             fp8=bool(fp8),
             compile=bool(compile),
+            **(memory.load_kwargs() if memory is not None else {}),
         )
         summary = world_model.describe()
         log.info("loaded world model: %s", summary.replace("\n", "; "))

@@ -18,6 +18,8 @@ PromptSchedule = io.Custom("INFERIX_PROMPT_SCHEDULE")
 ActionSchedule = io.Custom("INFERIX_ACTION_SCHEDULE")
 # nodes.stream_settings.StreamSettings: where Block Denoise streams its mp4 (relative to the output folder)
 StreamSettings = io.Custom("INFERIX_STREAM_SETTINGS")
+# inferix_core.models.memory.MemorySettings: block swap, fp8 weight storage, text-encoder placement
+MemorySettings = io.Custom("INFERIX_MEMORY_SETTINGS")
 # inferix_core.api.VideoResult: latents, uint8 frames [T, H, W, 3], fps, per-block profile
 Video = io.Custom("INFERIX_VIDEO")
 

@@ -17,9 +17,10 @@ def all_inputs(node_class):
 
 
 def test_ids_category_and_display_names(node_classes):
-    from inferix_nodes import NODE_DISPLAY_NAME_MAPPINGS
+    from inferix_nodes import NODE_DISPLAY_NAME_MAPPINGS, NODES
 
-    assert len(node_classes) == 11
+    assert len(node_classes) == len(NODES)  # node ids are unique
+    assert {"InferixLoadWorldModel", "InferixBlockDenoise", "InferixMemorySettings"} <= set(node_classes)
     for node_id, cls in node_classes.items():
         assert node_id.startswith("Inferix"), node_id
         assert cls.CATEGORY.startswith("Inferix/"), (node_id, cls.CATEGORY)
