@@ -197,3 +197,23 @@ def test_ctrl_c_leaves_a_playable_file(tmp_path, monkeypatch):
     assert result.interrupted and result.num_blocks == 2 and not (tmp_path / "cut.partial.mp4").exists()
     with av.open(str(result.output)) as f:
         assert sum(1 for _ in f.decode(video=0)) == result.num_frames > 0
+
+
+def test_memory_flags_reach_load_world_model(monkeypatch, capsys):
+    loaded = []
+    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.append(kw) or tiny_world(DRIVING))
+    monkeypatch.setattr(play_cmd, "bundled_size", lambda: (W, H))
+    args = ["play", "bundled", "--gpu-memory", "24GB", "--fp8-weights", "--text-encoder-placement", "offload"]
+    play_cmd.load_setup(cli.build_parser().parse_args(args))
+    assert loaded[-1]["gpu_memory"] == 24 * 2**30 and loaded[-1]["fp8_weights"] is True
+    assert loaded[-1]["text_encoder_placement"] == "offload" and loaded[-1]["resident_blocks"] is None
+    play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--resident-blocks", "3"]))
+    assert loaded[-1]["resident_blocks"] == 3 and loaded[-1]["gpu_memory"] is None
+    monkeypatch.setattr(
+        "inferix_core.commands.info.load_world_model", lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING)
+    )
+    assert cli.main(["info", "tiny.safetensors", "--gpu-memory", "8g"]) == 0
+    assert loaded[-1]["gpu_memory"] == 8 * 2**30
+    capsys.readouterr()
+    assert cli.main(["info", "tiny.safetensors", "--gpu-memory", "lots"]) == 2  # one-line error, exit 2
+    assert "like 24GB" in capsys.readouterr().err

@@ -25,6 +25,7 @@ from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
+from .memory_args import add_memory_arguments, memory_settings_from_args
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ def register(subparsers: Any) -> None:
         help="torch.compile each transformer block (~1.3x faster diffusion on an H200); the first block "
         "compiles first (a one-off wait)",
     )
+    add_memory_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -268,6 +270,7 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
         device=args.device,
         fp8=args.fp8,
         compile=args.compile,
+        **memory_settings_from_args(args).load_kwargs(),
     )
     width, height = bundled_size() if source == "bundled" else (None, None)
     return PlaySetup(world_model, width=width, height=height)
@@ -313,6 +316,7 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         device=args.device if args.device != "auto" else loader.get("device", "auto"),
         attention=loader.get("attention", "sdpa"),
         fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
+        **memory_settings_from_args(args).load_kwargs(),
     )  # fmt: skip
     cache = None
     if (kv := nodes.get("InferixKVCacheConfig")) is not None:

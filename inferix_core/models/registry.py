@@ -217,7 +217,15 @@ def load_world_model(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
-        return _maybe_compile(_load_bundled(dev, dt, attention, fp8), compile)
+        bundled = _load_bundled(dev, dt, attention, fp8)
+        if fp8_weights:
+            quantize_linears_fp8(bundled.transformer, weight_only=True)
+        if resident_blocks is not None:
+            enable_block_swap(bundled.transformer, resident_blocks, dev)
+        elif gpu_memory is not None:
+            log.info("the bundled model is a few MiB: every block stays resident within the %.1f GiB budget",
+                     gpu_memory / 2**30)  # fmt: skip
+        return _maybe_compile(bundled, compile)
     from .wan.checkpoint import load_wan_checkpoint
 
     if not Path(path).exists():

@@ -197,3 +197,12 @@ def test_load_world_model_plans_block_swap_from_gpu_memory(tmp_path):
 
     with pytest.raises(CacheBudgetError, match="more than the budget"):
         load_world_model(str(path), device="cpu", gpu_memory=2**20)
+
+
+def test_bundled_model_takes_the_memory_levers_too():
+    from inferix_core.models.fp8 import count_fp8_linears
+    from inferix_core.models.registry import load_world_model
+
+    wm = load_world_model("bundled", device="cpu", resident_blocks=0, fp8_weights=True)
+    assert wm.transformer.block_swap.resident == 0
+    assert count_fp8_linears(wm.transformer, weight_only=True) > 0
