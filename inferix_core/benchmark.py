@@ -58,6 +58,7 @@ class BenchConfig:
     compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
     decoder: str = "wan"  # with vae_decode: "wan" (the Wan VAE architecture) or "taehv" (the tiny preview decoder)
     vae_fast: bool = False  # Wan VAE decode with VAEDecodeOptions.fast() (channels-last, cuDNN autotune, fused cache…)
+    fp8_weights: bool = False  # block linears stored in e4m3, dequantized per call (models.fp8.FP8WeightLinear)
     resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
     gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
 
@@ -112,6 +113,10 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model)
+    elif cfg.fp8_weights:
+        from .models.fp8 import quantize_linears_fp8
+
+        quantize_linears_fp8(model, weight_only=True)
     sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
     cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     resident = planned_resident_blocks(cfg, cache) if cfg.resident_blocks is None else cfg.resident_blocks
@@ -145,6 +150,7 @@ def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: i
         max_frames=cfg.latent_frames,
         vae_bytes=None if cfg.vae_decode else 0,
         resident_blocks=resident_blocks,
+        fp8_block_weights=cfg.fp8 or cfg.fp8_weights,
     )
 
 
@@ -152,12 +158,15 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
     """With gpu_memory_gb: the most resident blocks whose planned total fits the card (None: no card)."""
     if cfg.gpu_memory_gb is None:
         return None
-    budget = cfg.gpu_memory_gb * 2**30
-    num_layers = PRESETS[cfg.preset]["config"].num_layers
-    for resident in range(num_layers, -1, -1):
-        if bench_memory_plan(cfg, cache, resident).total_bytes <= budget:
-            return resident
-    raise ValueError(f"even with every block swapped the plan does not fit {cfg.gpu_memory_gb} GB")
+    from .cache.planner import plan_resident_blocks
+
+    preset = PRESETS[cfg.preset]
+    resident, _ = plan_resident_blocks(
+        preset["config"], int(cfg.gpu_memory_gb * 2**30), preset["latent_height"], preset["latent_width"], cache,
+        dtype=DTYPES[cfg.dtype], block_frames=cfg.block_frames, max_frames=cfg.latent_frames,
+        vae_bytes=None if cfg.vae_decode else 0, fp8_block_weights=cfg.fp8 or cfg.fp8_weights,
+    )  # fmt: skip
+    return resident
 
 
 def run_engine_benchmark(cfg: BenchConfig) -> dict:
@@ -254,7 +263,11 @@ def format_table(result: dict) -> str:
     rows = [
         ("preset", c["preset"]),
         ("device", result["gpu"]),
-        ("dtype / attention", f"{c['dtype']}{' + fp8 block linears' if c.get('fp8') else ''} / {c['attention']}"),
+        (
+            "dtype / attention",
+            f"{c['dtype']}{' + fp8 block linears' if c.get('fp8') else ''}"
+            f"{' + fp8 weight storage' if c.get('fp8_weights') else ''} / {c['attention']}",
+        ),
         ("compiled blocks", c.get("compile", False)),
         ("frames (pixel)", result["pixel_frames"]),
         (

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="transformer-block linears in fp8 e4m3 (torch._scaled_mm on CUDA ≥ 8.9, an explicit emulation elsewhere)",
     )
     p.add_argument(
+        "--fp8-weights", action="store_true", help="block linears stored in fp8 e4m3, dequantized per call (bf16 GEMMs)"
+    )
+    p.add_argument(
         "--resident-blocks",
         type=int,
         help="block swap: keep this many transformer blocks on the GPU and stream the rest from host memory",
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,
+        fp8_weights=args.fp8_weights,
     )  # fmt: skip
     result = run_engine_benchmark(cfg)
     print(format_table(result))
