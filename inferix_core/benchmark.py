@@ -201,7 +201,8 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     if cfg.gpu_memory_gb is not None and cuda:  # the emulated card: the allocator refuses past this
         torch.cuda.empty_cache()
         total_memory = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.gpu_memory_gb * 2**30 / total_memory), device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.gpu_memory_gb * 2**30 / total_memory), index)
     runs = []
     for r in range(cfg.warmup + cfg.repeats):
         if cuda:
