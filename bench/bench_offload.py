@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latent-frames", type=int, default=9, help="latent frames per run (default 9 = 33 pixel frames)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--timeout", type=float, default=900, help="seconds per bench process")
+    p.add_argument("--capped-only", action="store_true", help="skip the fully resident run of each case")
     p.add_argument("--smoke", action="store_true", help="tiny preset on the CPU: checks the harness, not speed")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, results = [], []
     for case in cases:
         preset, card, flags = parse_case(case)
-        resident = run_one(bench_args(preset, None, flags, args), args.timeout)
+        resident = None if args.capped_only else run_one(bench_args(preset, None, flags, args), args.timeout)
         capped = run_one(bench_args(preset, card, flags, args), args.timeout) if card is not None else None
         results.append({"case": case, "resident": resident, "capped": capped})
         for label, r in (("resident", resident), (f"{card} GB card", capped)):
