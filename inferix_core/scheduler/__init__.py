@@ -1,3 +1,3 @@
-from .flow_match import FlowMatchScheduler
+from .flow_match import FlowMatchScheduler, FlowMatchStepOutput
 
-__all__ = ["FlowMatchScheduler"]
+__all__ = ["FlowMatchScheduler", "FlowMatchStepOutput"]
