@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
+from ..cache import KVCache, KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
 from ..models.wan.layers import to_device_async
 from ..parallel import head_shards, maybe_enable_sequence_parallel
@@ -107,7 +107,7 @@ class StreamState:
     and swaps `text` (prompt switch) or re-writes `cache` (re-cache) between blocks.
     """
 
-    cache: Any  # a KVCache from inferix_core.cache
+    cache: KVCache
     text: Any  # CrossAttentionCache of the current prompt
     noise: Any  # anything with initial(start_frame, shape) and step(block, step, shape)
     latent_height: int
