@@ -15,7 +15,7 @@ import torch
 
 from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
-from ..pipeline import SamplingConfig
+from ..scheduler import SamplingConfig
 from .fp8 import count_fp8_linears, quantize_linears_fp8
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
@@ -277,7 +277,7 @@ def _load_text_encoder(path: str, text_len: int, device, dtype):
 
 def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldModel:
     """The toy driving-world model shipped in inferix_core/assets/bundled (its own tiny causal AE)."""
-    from ..assets import load_bundled
+    from .bundled import load_bundled
 
     b = load_bundled(device=device)
     transformer = b.transformer.to(dtype).requires_grad_(False)

@@ -24,31 +24,11 @@ import torch
 
 from ..cache import KVCache, KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
-from ..models.wan.layers import to_device_async
 from ..parallel import head_shards, maybe_enable_sequence_parallel
-from ..scheduler import FlowMatchScheduler
+from ..scheduler import FlowMatchScheduler, SamplingConfig
+from ..tensors import to_device_async
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How a family samples: few-step list, warping, shift, block size (defaults: Self-Forcing)."""
-
-    denoising_steps: tuple[int, ...] = (1000, 750, 500, 250)
-    warp_denoising_steps: bool = True
-    shift: float = 5.0
-    num_train_timesteps: int = 1000
-    block_frames: int = 3  # latent frames per block
-    context_noise: int = 0  # timestep of the clean context pass (no noise is added, as in the reference)
-    independent_first_frame: bool = False  # a separate 1-frame first block (image-conditioned models)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
-        if not self.denoising_steps:
-            raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
-        if self.block_frames < 1:
-            raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
 
 
 class SeededNoise:
