@@ -113,7 +113,7 @@ class PipelineHooks:
         return contextlib.nullcontext()
 
     def check_interrupt(self) -> None:
-        """Raise InterruptedError_ to stop between steps."""
+        """Raise GenerationInterruptedError to stop between steps."""
 
 
 class BlockDiffusionPipeline:
