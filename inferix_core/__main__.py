@@ -3,9 +3,10 @@
 import os
 import sys
 
-if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-    from .parallel.launch import main
-else:
-    from .cli import main
+from .cli import main as cli_main
 
-sys.exit(main())
+if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    from .parallel.launch import main as launch_main
+
+    sys.exit(launch_main(cli_main))
+sys.exit(cli_main())

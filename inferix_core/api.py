@@ -23,7 +23,7 @@ from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, S
 from .models.registry import WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
-from .schedules import ActionSchedule, PromptSchedule, block_at, seconds_per_block, seconds_to_blocks
+from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
 from .vae.overlap import to_uint8_frames
 
 log = logging.getLogger(__name__)
@@ -253,8 +253,8 @@ def generate_video(
     try:
         # 1. geometry, schedules and start frames: everything that can fail on settings fails here
         lat_h, lat_w = latent_size(world_model, width, height)
-        block_s = seconds_per_block(world_model, sampling)
-        switches = prompt.switch_blocks(num_blocks, block_s) if isinstance(prompt, PromptSchedule) else []
+        timing = block_timing(world_model, sampling)
+        switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
         if start_frames is not None:
             if initial_latents is not None:
                 raise ConfigError("pass start_frames or initial_latents, not both")

@@ -50,6 +50,3 @@ class MissingFileError(InferixError, FileNotFoundError):
 
 class GenerationInterruptedError(InferixError):
     """Generation was stopped by the user (ComfyUI interrupt, Ctrl-C, session stop)."""
-
-
-InterruptedError_ = GenerationInterruptedError  # short alias used by the workflow executor

@@ -1,7 +1,10 @@
 """Timed schedules: prompts and actions that change at given seconds, mapped to block boundaries.
 
-A block covers block_frames latent frames = block_frames·temporal_compression pixel frames, so a time t
-lands on block round(t / seconds_per_block). Framework-free; used by the API, the nodes and the CLI.
+A block covers n = block_frames latent frames. The causal VAE decodes the first latent frame to one
+pixel frame and every later one to c = temporal_compression frames, so block 0 decodes to 1 + c(n − 1)
+frames and every later block to c·n: block b ≥ 1 starts at pixel frame c·n·b − (c − 1), and N blocks
+are c·n·N − c + 1 frames long. A time t (pixel frame t·fps) lands on the nearest block start
+(`BlockTiming.block_at`). Framework-free; used by the API, the nodes and the CLI.
 """
 
 from __future__ import annotations
@@ -19,26 +22,64 @@ from .pipeline import SamplingConfig
 log = logging.getLogger(__name__)
 
 
-def seconds_per_block(world_model: WorldModel, sampling: SamplingConfig | None = None) -> float:
-    """Video seconds one block covers: latent frames × VAE temporal stride / fps.
+@dataclass(frozen=True)
+class BlockTiming:
+    """Where each block starts in the decoded video, in pixel frames and seconds (see the module docstring)."""
 
-    The one place seconds meet blocks: schedules, `seconds_to_blocks` and the nodes all use it, so a
-    prompt at 5 s and a 5 s video agree on where 5 s is.
+    block_frames: int  # latent frames per block (n)
+    temporal_compression: int  # pixel frames per latent frame after the first (c)
+    fps: float
+
+    def start_frame(self, block: int) -> int:
+        """First pixel frame of `block`: 0 for block 0, c·n·b − (c − 1) after it."""
+        c, n = self.temporal_compression, self.block_frames
+        return 0 if block <= 0 else c * n * block - (c - 1)
+
+    def start_seconds(self, block: int) -> float:
+        return self.start_frame(block) / self.fps
+
+    def video_seconds(self, num_blocks: int) -> float:
+        """Length of the video `num_blocks` blocks decode to."""
+        return self.start_frame(num_blocks) / self.fps
+
+    def block_at(self, seconds: float) -> int:
+        """The block whose start is nearest to `seconds` (LongLive switches prompts at block boundaries)."""
+        frame = seconds * self.fps
+        c, n = self.temporal_compression, self.block_frames
+        below = max(0, math.floor((frame + c - 1) / (c * n)))
+        return min((below, below + 1), key=lambda b: (abs(self.start_frame(b) - frame), -b))  # ties: the later
+
+    def blocks_for(self, seconds: float) -> int:
+        """Fewest blocks whose video lasts at least `seconds` (rounded up, at least 1)."""
+        c, n = self.temporal_compression, self.block_frames
+        return max(1, math.ceil((seconds * self.fps + c - 1) / (c * n) - 1e-9))
+
+
+def block_timing(world_model: WorldModel, sampling: SamplingConfig | None = None) -> BlockTiming:
+    """The BlockTiming of `world_model` with its (or the given) sampling: the one place seconds meet blocks."""
+    sampling = sampling or world_model.sampling
+    return BlockTiming(sampling.block_frames, world_model.temporal_compression, world_model.fps)
+
+
+def seconds_per_block(world_model: WorldModel, sampling: SamplingConfig | None = None) -> float:
+    """Video seconds one block after the first covers: latent frames × VAE temporal stride / fps.
+
+    (The first block is c − 1 frames shorter; `block_timing` has the exact start of every block.)
     """
     sampling = sampling or world_model.sampling
     return sampling.block_frames * world_model.temporal_compression / world_model.fps
 
 
 def seconds_to_blocks(world_model: WorldModel, seconds: float, sampling: SamplingConfig | None = None) -> int:
-    """Whole blocks that cover `seconds` of video (rounded up, at least 1)."""
+    """Whole blocks whose decoded video lasts at least `seconds` (rounded up, at least 1)."""
     if seconds <= 0:
         raise ConfigError(f"seconds must be positive, got {seconds}")
-    return max(1, math.ceil(seconds / seconds_per_block(world_model, sampling) - 1e-9))
+    return block_timing(world_model, sampling).blocks_for(seconds)
 
 
-def block_at(seconds: float, block_s: float) -> int:
-    """The block a schedule entry at `seconds` starts in: the nearest block boundary (LongLive switches there)."""
-    return round(seconds / block_s)
+def block_at(seconds: float, timing: BlockTiming) -> int:
+    """The block a schedule entry at `seconds` starts in: the nearest block start (LongLive switches there)."""
+    return timing.block_at(seconds)
 
 
 def _check_times(times: list[float], what: str) -> None:
@@ -57,14 +98,14 @@ class PromptSchedule:
     def __post_init__(self) -> None:
         _check_times([t for t, _ in self.entries], "prompt")
 
-    def switch_blocks(self, num_blocks: int, block_s: float) -> list[int]:
+    def switch_blocks(self, num_blocks: int, timing: BlockTiming) -> list[int]:
         """Block index of every entry after the first; raises before any model work if one starts too late."""
         blocks = []
         for t, _ in self.entries[1:]:
-            block = block_at(t, block_s)
+            block = block_at(t, timing)
             if block >= num_blocks:
                 raise ConfigError(
-                    f"prompt at {t:g} s starts after the video ends ({num_blocks * block_s:.2f} s, "
+                    f"prompt at {t:g} s starts after the video ends ({timing.video_seconds(num_blocks):.2f} s, "
                     f"{num_blocks} blocks); add blocks or move the prompt earlier"
                 )
             blocks.append(max(block, 1))
@@ -93,8 +134,8 @@ class ActionSchedule:
         unknown = sorted({a for _, a in self.entries if a not in names})
         if unknown:
             raise ConfigError(f"unknown actions {unknown}; this model knows {list(names)}")
-        block_s = seconds_per_block(world_model, sampling)
-        starts = [block_at(t, block_s) for t, _ in self.entries]
+        timing = block_timing(world_model, sampling)
+        starts = [block_at(t, timing) for t, _ in self.entries]
         late = [t for (t, _), b in zip(self.entries, starts) if b >= num_blocks]
         if late:
             log.info("actions from %g s on start after the video ends (%d blocks); ignored", late[0], num_blocks)

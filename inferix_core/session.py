@@ -341,7 +341,7 @@ class InteractiveSession:
         are run again through the context pass (t = context_noise), sink blocks first, in their original
         block boundaries and with their original actions. Frames evicted before the switch stay evicted:
         after the sink blocks the cache restarts at the window's first block. Costs one transformer call
-        per resident block. Returns False (leaving a hard switch) if the cache cannot skip frames.
+        per resident block. Every cache kind can skip frames (KVCache.restart), so it returns True.
         """
         cache, n = self.state.cache, self.pipeline.sampling.block_frames
         before = cache.resident_frames()
@@ -349,18 +349,6 @@ class InteractiveSession:
         blocks = [b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
         if not blocks:
             return True
-        gaps = [
-            b.start
-            for prev, b in zip([None, *blocks], blocks, strict=False)
-            if b.start > (0 if prev is None else prev.start + prev.latents.shape[1])
-        ]
-        if gaps and not hasattr(cache, "restart"):
-            log.warning(
-                "the %s KV cache cannot skip evicted frames; the prompt switch keeps the old K/V "
-                "(hard switch). Use the default ring cache (page_frames=0) to re-cache.",
-                type(cache).__name__,
-            )
-            return False
         cache.reset()
         for b in blocks:
             if b.start > cache.end_frame:

@@ -128,7 +128,7 @@ def request_interrupt() -> None:
 
 
 def check_interrupt() -> None:
-    """Raise if the user asked to stop: ComfyUI's own exception inside ComfyUI, else InterruptedError_."""
+    """Raise if the user asked to stop: ComfyUI's own exception inside ComfyUI, else GenerationInterruptedError."""
     if comfy_mm is not None:
         comfy_mm.throw_exception_if_processing_interrupted()
     else:

@@ -74,7 +74,8 @@ def test_seconds_and_action_schedule_map_to_blocks():
 
     wm = tiny_world(action_names=("left", "right", "straight"))
     assert seconds_per_block(wm) == 2 * 4 / 16  # 2 latent frames × stride 4 at 16 fps
-    assert [seconds_to_blocks(wm, s) for s in (0.1, 0.5, 0.51, 2.0)] == [1, 1, 2, 4]
+    # N blocks decode to 8N − 3 frames: 0.5 s (8 frames) needs 2 blocks, 2 s (32 frames) 5
+    assert [seconds_to_blocks(wm, s) for s in (0.1, 0.5, 0.51, 2.0)] == [1, 2, 2, 5]
     sched = ActionSchedule(((0.0, "left"), (0.9, "right"), (5.0, "straight")))  # 0.9 s → nearest boundary: block 2
     assert sched.per_block(wm, 4) == ["left", "left", "right", "right"]  # 5 s is past the end: dropped
     a = generate_video(wm, "", num_blocks=4, width=48, height=32, seed=3, actions=sched, decode=False)

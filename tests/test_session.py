@@ -47,16 +47,16 @@ def test_ring_restart_rebases_the_window_after_the_sinks():
     cache.layer(0).update(kv, kv)
     with pytest.raises(ConfigError, match="would go back"):
         cache.restart(1)
-    cache.restart(10)  # frames 2..9 count as evicted
-    assert cache.resident_frames() == [0, 1] and cache.end_frame == 10
-    assert [cache.slot_of(f) for f in (10, 11, 12, 13, 14)] == [2, 3, 4, 5, 2]
-    cache.begin(10, 2)
-    k, _ = cache.layer(0).update(kv + 10, kv + 10)
-    assert cache.attended_tokens == 4 and k[0, :, 0, 0].tolist() == [0, 1, 10, 11]  # valid slots stay a prefix
-    assert cache.resident_frames() == [0, 1, 10, 11]
-    cache.begin(12, 2)
-    cache.begin(14, 2)  # wraps: frames 10, 11 leave the window as in a normal run
-    assert cache.resident_frames() == [0, 1, 12, 13, 14, 15]
+    cache.restart(11)  # frames 2..10 count as evicted; (11 − 2) mod 4 ≠ 0, so the ring really re-bases
+    assert cache.resident_frames() == [0, 1] and cache.end_frame == 11
+    assert [cache.slot_of(f) for f in (11, 12, 13, 14, 15)] == [2, 3, 4, 5, 2]
+    cache.begin(11, 2)
+    k, _ = cache.layer(0).update(kv + 11, kv + 11)
+    assert cache.attended_tokens == 4 and k[0, :, 0, 0].tolist() == [0, 1, 11, 12]  # valid slots stay a prefix
+    assert cache.resident_frames() == [0, 1, 11, 12]
+    cache.begin(13, 2)
+    cache.begin(15, 2)  # wraps: frames 11, 12 leave the window as in a normal run
+    assert cache.resident_frames() == [0, 1, 13, 14, 15, 16]
     cache.reset()
     assert cache.slot_of(2) == 2 and cache.resident_frames() == []
     with pytest.raises(ConfigError, match="sink frames first"):

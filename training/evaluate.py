@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from inferix_core.assets import BundledWorldModel, load_bundled
+from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.pipeline.block_diffusion import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.world import latent_to_pixel_actions, render_episode
 from inferix_core.world.compare import horizontal_shift, psnr, ssim

@@ -1,11 +1,12 @@
 """KV-cache layer: the transformer's self-attention reads and writes past frames only through here.
 
-The pipeline sees `KVCacheConfig` (what the user asked for) and a `KVCache` (per-run state) whose
-`layer(i)` views the attention layers call. All bookkeeping is host-side Python integers. Every cache
-has begin(start_frame, num_frames), layer(i).update(k, v), reset(), stats(), logical_kv(layer),
-end_frame, attended_tokens, num_calls and num_eviction_events; see docs/kv_cache.md.
+The pipeline sees `KVCacheConfig` (what the user asked for) and a `KVCache` (per-run state, the
+Protocol in interface.py) whose `layer(i)` views (`LayerKV`) the attention layers call. All bookkeeping
+is host-side Python integers; see docs/kv_cache.md.
 """
 
+from .factory import build_cache
+from .interface import KVCache, LayerKV
 from .offload import OffloadedKVCache
 from .paged import PagedKVCache
 from .planner import MemoryPlan, plan_memory
@@ -18,8 +19,10 @@ from .table import BlockTable
 __all__ = [
     "BlockPool",
     "BlockTable",
+    "KVCache",
     "KVCacheConfig",
     "KVCacheSpec",
+    "LayerKV",
     "MemoryPlan",
     "OffloadedKVCache",
     "PagedKVCache",
@@ -30,8 +33,6 @@ __all__ = [
 ]
 
 
-def create_kv_cache(config: KVCacheConfig, spec: KVCacheSpec):
+def create_kv_cache(config: KVCacheConfig, spec: KVCacheSpec) -> KVCache:
     """Build the cache implementation the config asks for."""
-    from .factory import build_cache
-
     return build_cache(config, spec)

@@ -10,7 +10,8 @@ import logging
 from collections.abc import Callable
 
 from ..errors import BackendUnavailableError
-from .offload import OffloadedKVCache
+from .interface import KVCache
+from .offload import OffloadedKVCache, offload_layout
 from .paged import PagedKVCache
 from .quant import QuantizedKVCache
 from .ring import RingKVCache
@@ -18,7 +19,7 @@ from .spec import KVCacheConfig, KVCacheSpec
 
 log = logging.getLogger(__name__)
 
-CACHE_KINDS: dict[str, Callable[[KVCacheConfig, KVCacheSpec], object]] = {
+CACHE_KINDS: dict[str, Callable[[KVCacheConfig, KVCacheSpec], KVCache]] = {
     "ring": RingKVCache,  # resident ring, slices with host ints (default)
     "paged": PagedKVCache,  # resident pages + page table (page_frames > 0)
     "offload": OffloadedKVCache,  # pages in pinned CPU memory, prefetched layer by layer
@@ -38,14 +39,12 @@ def cache_kind(config: KVCacheConfig, spec: KVCacheSpec | None = None) -> str:
     if config.offload == "always":
         return "offload"
     if config.offload == "auto" and config.gpu_budget_bytes is not None and spec is not None:
-        from .offload import offload_layout
-
         if offload_layout(config, spec).num_offloaded > 0:
             return "offload"
         log.info("offload='auto': the whole KV cache fits gpu_budget_bytes; keeping it resident")
     return "paged" if config.page_frames > 0 else "ring"
 
 
-def build_cache(config: KVCacheConfig, spec: KVCacheSpec):
+def build_cache(config: KVCacheConfig, spec: KVCacheSpec) -> KVCache:
     """Construct the implementation `cache_kind` picks."""
     return CACHE_KINDS[cache_kind(config, spec)](config, spec)

@@ -80,7 +80,7 @@ class OffloadLayout:
 
 
 def _layer_and_block_bytes(config: KVCacheConfig, spec: KVCacheSpec) -> tuple[int, int]:
-    frame = 2 * spec.frame_tokens * spec.num_heads * spec.head_dim * spec.batch_size * _elem(spec)  # K and V
+    frame = spec.page_size_bytes()  # K and V of one frame of one layer
     slots = planned_pages(config, spec) * (config.page_frames or spec.block_frames)
     return slots * frame, spec.block_frames * frame
 

@@ -11,17 +11,17 @@ its slots are simply overwritten later.
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .interface import LayerKV
 from .pool import BlockPool
 from .spec import KVCacheConfig, KVCacheSpec
 from .table import BlockTable, DeviceIndex, token_slots
-from .window import restart_window
+from .window import SlidingWindow
 
 log = logging.getLogger(__name__)
 
@@ -42,28 +42,6 @@ class CallPlan:
     write_frame_slots: np.ndarray  # (num_frames,)
     live_frames: tuple[int, ...]
     live_frame_slots: np.ndarray  # (len(live_frames),)
-
-
-class LayerView:
-    """Per-layer view handed to an attention layer: `update(k, v) -> (k_all, v_all)`."""
-
-    __slots__ = ("_cache", "index")
-
-    def __init__(self, cache: PagedKVCache, index: int):
-        # a weak proxy: the cache owns its views, and a strong back-reference would make a cycle that
-        # keeps gigabytes of K/V alive after the run until the garbage collector happens to run
-        self._cache = weakref.proxy(cache)
-        self.index = index
-
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store this call's K/V (B, n, H, D); return the attention span (B, L, H, D), oldest first."""
-        cache = self._cache
-        if k.shape[1] != cache.plan.num_frames * cache.spec.frame_tokens:
-            raise ConfigError(
-                f"KV cache expected {cache.plan.num_frames * cache.spec.frame_tokens} new tokens (from begin()), "
-                f"got {k.shape[1]}"
-            )
-        return cache.store.write_read(self.index, k, v)
 
 
 class DenseStore:
@@ -125,8 +103,8 @@ class DenseStore:
         return {"resident_bytes": self.resident_bytes(), "offloaded_bytes": 0}
 
 
-class PagedKVCache:
-    """Window + sink frames in pages; see the module docstring. Interface as RingKVCache.
+class PagedKVCache(SlidingWindow):
+    """Window + sink frames in pages; see the module docstring. Interface: KVCache (interface.py).
 
     Live frames after writing up to end_frame (S sink frames, R = window − S ring frames)::
 
@@ -136,6 +114,12 @@ class PagedKVCache:
                                                         is live; a straddling page stays until then)
 
     With window = −1 every frame stays live (pages sized from spec.max_frames, grown if exceeded).
+
+    restart(W), as RingKVCache's: pages need no re-basing (frames map to pages through the table); the
+    live set just starts at W, and the pages of frames before W are freed by the next begin()::
+
+        reset(); begin(0, S) ...; restart(W); begin(W, n) ...
+        live:  [0, S)  ∪  [max(S, W, end − R), end)      (frames S..W−1 were never written again)
     """
 
     kind = "paged"
@@ -150,7 +134,7 @@ class PagedKVCache:
         self.pool = BlockPool(num_pages)
         self.table = BlockTable(self.page_frames, spec.frame_tokens)
         self.store = store_cls(config, spec, num_pages * self.page_frames)
-        self._views = [LayerView(self, i) for i in range(spec.num_layers)]
+        self._views = [LayerKV(self, i) for i in range(spec.num_layers)]
         self.plan: CallPlan | None = None
         self.reset()
 
@@ -159,7 +143,7 @@ class PagedKVCache:
         """First non-sink live frame when frames [0, end) have been written (never before a restart point)."""
         if self.ring_frames is None:
             return self.sink_frames
-        return max(self.sink_frames, self._ring_origin, end - self.ring_frames)
+        return max(self.sink_frames, self.window_origin, end - self.ring_frames)
 
     def resident_frames(self) -> list[int]:
         """Absolute frame indices currently live, sink first then oldest to newest."""
@@ -235,23 +219,16 @@ class PagedKVCache:
         self.pool.grow(num_pages - self.pool.num_pages)
         self.store.grow(num_pages * self.page_frames)
 
-    def restart(self, start_frame: int) -> None:
-        """Continue writing at `start_frame`, treating frames [end_frame, start_frame) as already evicted.
-
-        For re-caching a window under a new prompt (inferix_core/session.py), as RingKVCache.restart:
-        after reset() the sink frames are written again, then writing jumps to the window's first block.
-        Pages need no re-basing (frames map to pages through the table); the live set just starts at W::
-
-            reset(); begin(0, S) ...; restart(W); begin(W, n) ...
-            live:  [0, S)  ∪  [max(S, W, end − R), end)      (frames S..W−1 were never written again)
-
-        The pages of frames before W are freed by the next begin(), like any evicted page.
-        """
-        restart_window(self, start_frame)
-
     # -- interface ---------------------------------------------------------------------------------
-    def layer(self, index: int) -> LayerView:
+    def layer(self, index: int) -> LayerKV:
         return self._views[index]
+
+    def write_and_read(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store this call's K/V (B, n, H, D); return the attention span (B, L, H, D), oldest first."""
+        expected = self.plan.num_frames * self.spec.frame_tokens
+        if k.shape[1] != expected:
+            raise ConfigError(f"KV cache expected {expected} new tokens (from begin()), got {k.shape[1]}")
+        return self.store.write_read(layer, k, v)
 
     def prefetch(self, layer: int) -> None:
         """Ask the store to start bringing `layer`'s pages in (offload); a no-op for resident stores."""
@@ -273,7 +250,7 @@ class PagedKVCache:
         self.table.clear()
         self.store.reset()
         self.end_frame = 0
-        self._ring_origin = 0  # frames before it (and not sinks) are evicted; moved only by restart()
+        self.reset_window()
         self.plan = None
         self.num_evictions = 0
         self.num_eviction_events = 0

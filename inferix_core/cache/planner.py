@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CacheBudgetError, ConfigError
-from ..models.block_swap import transformer_weight_bytes
+from .factory import cache_kind
 from .offload import offload_layout
 from .paged import planned_pages
-from .quant import BITS
 from .spec import KVCacheConfig, KVCacheSpec
 
 log = logging.getLogger(__name__)
@@ -49,27 +48,23 @@ class CacheCost:
 
 
 def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
-    """Bytes the cache of `config` allocates for `spec` (same arithmetic as ring/paged/offload/quant)."""
-    from .factory import cache_kind
-
+    """Bytes the cache of `config` allocates for `spec`: layers × frame slots × each kind's page size
+    (KVCacheSpec.page_size_bytes, the formula the stores allocate with)."""
     s = spec
-    elem = _elem(s.dtype)
-    frame_layer = 2 * s.batch_size * s.frame_tokens * s.num_heads * s.head_dim * elem  # K and V of one frame
     kind = cache_kind(config, spec)
     if config.is_global and not s.max_frames:
         raise ConfigError("planning a global-attention cache (window_frames=-1) needs the run length (max_frames)")
     shape = (
         f"{s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}, K and V, {_DTYPE_NAMES.get(s.dtype, s.dtype)}"
     )
+    frame = s.page_size_bytes()  # K and V of one full-precision frame of one layer
     if kind == "ring":
         frames = s.max_frames if config.is_global else config.window_frames
-        return CacheCost(
-            kind, s.num_layers * frames * frame_layer, 0, f"{s.num_layers} layers × {frames} frames × {shape}"
-        )
+        return CacheCost(kind, s.num_layers * frames * frame, 0, f"{s.num_layers} layers × {frames} frames × {shape}")
     slots = planned_pages(config, spec) * (config.page_frames or s.block_frames)
     if kind == "paged":
         return CacheCost(
-            kind, s.num_layers * slots * frame_layer, 0, f"{s.num_layers} layers × {slots} frame slots × {shape}"
+            kind, s.num_layers * slots * frame, 0, f"{s.num_layers} layers × {slots} frame slots × {shape}"
         )
     if kind == "offload":
         lay = offload_layout(config, spec)
@@ -81,18 +76,13 @@ def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
             f"{lay.num_offloaded} block buffers × {s.block_frames} frames, × {shape}; "
             f"{lay.num_offloaded} layers in pinned host memory",
         )
-    bits = BITS[config.quantization]
-    sb = 4 if s.dtype == torch.float32 else 2
-    b, t, h, d = s.batch_size, s.frame_tokens, s.num_heads, s.head_dim
-    page = 2 * b * t * h * d * bits // 8 + 2 * b * h * d * sb + 2 * b * t * h * sb  # codes, K and V scale/zero
-    sink = 0 if config.is_global else config.sink_frames
-    fp = (sink + config.residual_frames) * frame_layer
+    fp_frames = (0 if config.is_global else config.sink_frames) + config.residual_frames
     return CacheCost(
         kind,
-        s.num_layers * (slots * page + fp),
+        s.num_layers * (slots * s.page_size_bytes(config.quantization) + fp_frames * frame),
         0,
-        f"{s.num_layers} layers × ({slots} {config.quantization} frame slots + {sink + config.residual_frames} "
-        f"full-precision frames) × {t} tokens × {h} heads × {d}",
+        f"{s.num_layers} layers × ({slots} {config.quantization} frame slots + {fp_frames} "
+        f"full-precision frames) × {s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}",
     )
 
 
@@ -164,8 +154,7 @@ def estimate_offload(
     ≈ 3.45 ms at 50 GB/s.
     """
     cfg, s = model_config, spec
-    elem = _elem(s.dtype)
-    frame = 2 * s.batch_size * s.frame_tokens * s.num_heads * s.head_dim * elem
+    frame = s.page_size_bytes()  # K and V of one frame of one layer
     window = (s.max_frames or 8 * s.block_frames) if config.is_global else config.window_frames
     past = window - s.block_frames
     n = s.batch_size * s.block_frames * s.frame_tokens
@@ -438,3 +427,17 @@ def plan_resident_blocks(
         f"{_format_bytes(plan.total_bytes + other_bytes)}, {_format_bytes(short)} more than the budget of "
         f"{_format_bytes(budget_bytes)}; try {', or '.join(fixes)}"
     )
+
+
+def transformer_weight_bytes(
+    config, elem: int, resident_blocks: int | None = None, fp8_block_weights: bool = False
+) -> int:
+    """Device bytes of the transformer's weights: everything, or with block swap the resident blocks,
+    the two staging slots and the non-block weights (embeddings, head). fp8_block_weights: the blocks'
+    linear weights at one byte each (their biases, norms and modulations stay at `elem`)."""
+    layers = config.num_layers
+    on_device = layers if resident_blocks is None else min(layers, resident_blocks + min(2, layers - resident_blocks))
+    block = config.block_parameters()
+    linear_weights = 8 * config.dim * config.dim + 2 * config.dim * config.ffn_dim
+    block_bytes = (block - linear_weights) * elem + linear_weights * (1 if fp8_block_weights else elem)
+    return (config.num_parameters() - layers * block) * elem + on_device * block_bytes

@@ -25,12 +25,12 @@ import torch
 
 from ..errors import ConfigError
 from .paged import CallPlan, PagedKVCache
-from .spec import KVCacheConfig, KVCacheSpec
+from .spec import QUANT_BITS, KVCacheConfig, KVCacheSpec
 from .table import DeviceIndex, token_slots
 
 log = logging.getLogger(__name__)
 
-BITS = {"int8": 8, "int4": 4}
+BITS = QUANT_BITS  # bits per code of each quantization
 
 
 def quantize(x: torch.Tensor, dim: int, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -71,7 +71,7 @@ class QuantStore:
         self.bits = BITS[config.quantization]
         self.sink_frames = 0 if config.is_global else config.sink_frames
         self.residual_frames = config.residual_frames
-        self.scale_dtype = torch.float32 if spec.dtype == torch.float32 else torch.float16
+        self.scale_dtype = spec.quant_scale_dtype
         self.num_frame_slots = 0
         self._alloc_pages(num_frame_slots)
         fp_tokens = (self.sink_frames + self.residual_frames) * spec.frame_tokens

@@ -24,16 +24,16 @@ every step: a block step can be captured in a CUDA graph once the window is full
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .interface import LayerKV
 from .spec import KVCacheConfig, KVCacheSpec
 from .table import DeviceIndex
-from .window import restart_window
+from .window import SlidingWindow
 
 log = logging.getLogger(__name__)
 
@@ -47,24 +47,16 @@ class _Run:
     length: int
 
 
-class LayerKV:
-    """Per-layer view handed to an attention layer for one transformer call."""
+class RingKVCache(SlidingWindow):
+    """Resident ring cache; see the module docstring for the slot layout.
 
-    __slots__ = ("_cache", "index")
+    restart(W) (re-caching a window under a new prompt, inferix_core/session.py) re-bases the ring so
+    that frame W takes ring slot S, which keeps the valid slots a prefix of the buffer::
 
-    def __init__(self, cache: RingKVCache, index: int):
-        # a weak proxy: the cache owns its views, and a strong back-reference would make a cycle that
-        # keeps gigabytes of K/V alive after the run until the garbage collector happens to run
-        self._cache = weakref.proxy(cache)
-        self.index = index
-
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store this call's K/V (B, n, H, D) and return every valid cached K/V (B, L_valid, H, D)."""
-        return self._cache.write_and_read(self.index, k, v)
-
-
-class RingKVCache:
-    """Resident ring cache; see the module docstring for the slot layout."""
+        before:  [sink 0..S-1 | ring: frames W..E-1 somewhere in S..S+R-1, wrapped]
+        reset(); begin(0, S) ...; restart(W); begin(W, n) ...
+        after:   [sink 0..S-1 | W, W+1, ... from slot S on]   (slot_of(f) = S + (f - W) mod R)
+    """
 
     def __init__(self, config: KVCacheConfig, spec: KVCacheSpec):
         config.check_block(spec.block_frames)
@@ -82,7 +74,7 @@ class RingKVCache:
         self.v = [torch.empty(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.num_layers)]
         self._views = [LayerKV(self, i) for i in range(spec.num_layers)]
         self.end_frame = 0  # frames [0, end_frame) have been written at least once
-        self._ring_origin = self.sink_frames  # the frame that sits in ring slot S; moved only by restart()
+        self.reset_window()  # window_origin: the frame that sits in ring slot S; moved only by restart()
         self._runs: list[_Run] = []
         self._write_index = DeviceIndex(spec.device, capacity=spec.block_frames * spec.frame_tokens)
         self._w: torch.Tensor | None = None
@@ -96,12 +88,12 @@ class RingKVCache:
     def slot_of(self, frame: int) -> int:
         if self.config.is_global or frame < self.sink_frames:
             return frame
-        return self.sink_frames + (frame - self._ring_origin) % self.ring_frames
+        return self.sink_frames + (frame - self.window_origin) % self.ring_frames
 
     def resident_frames(self) -> list[int]:
         """Absolute frame indices currently stored, sink first then oldest to newest."""
         sinks = list(range(min(self.sink_frames, self.end_frame)))
-        start = max(self._ring_origin, self.end_frame - self.ring_frames)
+        start = max(self.window_origin, self.end_frame - self.ring_frames)
         return sinks + list(range(start, self.end_frame))
 
     def begin(self, start_frame: int, num_frames: int) -> None:
@@ -168,23 +160,10 @@ class RingKVCache:
         self.capacity_frames = frames
         self.ring_frames = frames
 
-    def restart(self, start_frame: int) -> None:
-        """Continue writing at `start_frame`, treating frames [end_frame, start_frame) as already evicted.
-
-        For re-caching a window under a new prompt (inferix_core/session.py): after reset() the sink
-        frames are written again, then writing jumps to the window's first block. The ring is re-based
-        so that frame takes ring slot S, which keeps the valid slots a prefix of the buffer::
-
-            before:  [sink 0..S-1 | ring: frames W..E-1 somewhere in S..S+R-1, wrapped]
-            reset(); begin(0, S) ...; restart(W); begin(W, n) ...
-            after:   [sink 0..S-1 | W, W+1, ... from slot S on]   (slot_of(f) = S + (f - W) mod R)
-        """
-        restart_window(self, start_frame)
-
     def reset(self) -> None:
         """Forget every frame (buffers are kept and overwritten)."""
         self.end_frame = 0
-        self._ring_origin = self.sink_frames
+        self.reset_window()
         self._runs = []
         self._valid_tokens = 0
         self.num_evictions = 0

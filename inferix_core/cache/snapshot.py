@@ -43,7 +43,7 @@ def _load_buffers(prefix: str, ks: list[torch.Tensor], vs: list[torch.Tensor], t
 
 def _ring_snapshot(cache: RingKVCache) -> Snapshot:
     meta = {c: getattr(cache, c) for c in _COUNTERS}
-    meta.update(kind="ring", ring_origin=cache._ring_origin, capacity_frames=cache.capacity_frames)
+    meta.update(kind="ring", window_origin=cache.window_origin, capacity_frames=cache.capacity_frames)
     return _buffers("", cache.k, cache.v), meta
 
 
@@ -53,7 +53,7 @@ def _ring_restore(cache: RingKVCache, tensors: dict, meta: dict) -> None:
     _load_buffers("", cache.k, cache.v, tensors)
     for c in _COUNTERS:
         setattr(cache, c, meta[c])
-    cache._ring_origin = meta["ring_origin"]
+    cache.window_origin = meta["window_origin"]
 
 
 def _paged_snapshot(cache: PagedKVCache) -> Snapshot:
@@ -66,7 +66,7 @@ def _paged_snapshot(cache: PagedKVCache) -> Snapshot:
     meta = {c: getattr(cache, c) for c in _COUNTERS}
     meta.update(
         kind="paged",
-        ring_origin=cache._ring_origin,
+        window_origin=cache.window_origin,
         num_pages=pool.num_pages,
         ref_counts=[p.ref_cnt for p in pool.pages],
         free=list(pool._free),
@@ -89,7 +89,7 @@ def _paged_restore(cache: PagedKVCache, tensors: dict, meta: dict) -> None:
     cache.table.pages = {lp: pid for lp, pid in meta["table"]}
     for c in _COUNTERS:
         setattr(cache, c, meta[c])
-    cache._ring_origin = meta["ring_origin"]
+    cache.window_origin = meta["window_origin"]
     cache.plan = None
 
 

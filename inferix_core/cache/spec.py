@@ -10,6 +10,7 @@ from ..errors import ConfigError
 
 OFFLOAD_MODES = ("off", "auto", "always")
 QUANTIZATIONS = ("none", "int8", "int4")
+QUANT_BITS = {"int8": 8, "int4": 4}
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,36 @@ class KVCacheSpec:
     max_frames: int | None = None  # total frames of the run when known (sizes the global cache)
 
     @property
+    def element_bytes(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def quant_scale_dtype(self) -> torch.dtype:
+        """dtype of the quantized pages' scales and zeros: float32 for float32 caches, else float16."""
+        return torch.float32 if self.dtype == torch.float32 else torch.float16
+
+    def page_size_bytes(self, quantization: str = "none", page_frames: int = 1) -> int:
+        """Bytes of one layer's page of `page_frames` latent frames, as the stores allocate it.
+
+        The one place each storage kind's formula lives (vLLM's `AttentionSpec.page_size_bytes`); the
+        planner multiplies it by layers and slots. Per frame, with B batch, T tokens, H heads, D head dim:
+          * full precision (ring, paged, offload; the quantized cache's sink/residual frames):
+            K and V, 2·B·T·H·D elements of `dtype`;
+          * int8 / int4 (quant.py): codes 2·B·T·H·D·bits/8 bytes, plus K scale and zero per
+            (frame, head, channel) 2·B·H·D and V scale and zero per (token, head) 2·B·T·H, both in
+            `quant_scale_dtype`.
+        """
+        b, t, h, d = self.batch_size, self.frame_tokens, self.num_heads, self.head_dim
+        if quantization == "none":
+            frame = 2 * b * t * h * d * self.element_bytes
+        elif quantization in QUANT_BITS:
+            sb = torch.empty((), dtype=self.quant_scale_dtype).element_size()
+            frame = 2 * b * t * h * d * QUANT_BITS[quantization] // 8 + 2 * b * h * d * sb + 2 * b * t * h * sb
+        else:
+            raise ConfigError(f"quantization must be one of {QUANTIZATIONS}, got '{quantization}'")
+        return page_frames * frame
+
+    @property
     def bytes_per_frame(self) -> int:
-        """K and V bytes of one latent frame over all layers."""
-        elem = torch.tensor([], dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.batch_size * self.frame_tokens * self.num_heads * self.head_dim * elem
+        """K and V bytes of one latent frame over all layers (full precision)."""
+        return self.num_layers * self.page_size_bytes()

@@ -94,8 +94,8 @@ def import_node_pack() -> ModuleType:
     """Import the Inferix node pack without ComfyUI.
 
     1. the installed package `inferix_nodes` (`pip install -e .`);
-    2. else `<checkout>/nodes/__init__.py` loaded under the name `inferix_nodes` (a plain clone);
-    3. else `<checkout>/__init__.py` as a package named after the folder, as ComfyUI loads custom nodes.
+    2. else `<checkout>/nodes/__init__.py` loaded under the name `inferix_nodes` (a plain clone), through
+       importlib with its own search location: sys.path is left alone.
     """
     try:
         return importlib.import_module(PACK_NAME)
@@ -106,11 +106,6 @@ def import_node_pack() -> ModuleType:
     nodes_init = checkout / "nodes" / "__init__.py"
     if nodes_init.is_file():
         return _load_package(PACK_NAME, nodes_init)
-    root_init = checkout / "__init__.py"
-    if root_init.is_file():
-        if str(checkout.parent) not in sys.path:
-            sys.path.insert(0, str(checkout.parent))
-        return _load_package(checkout.name.replace("-", "_").replace(".", "_"), root_init)
     raise BackendUnavailableError(
         f"cannot find the Inferix node pack: '{PACK_NAME}' is not installed and "
         f"{nodes_init} does not exist. Run `pip install -e .` in the checkout."

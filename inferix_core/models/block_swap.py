@@ -248,17 +248,3 @@ def enable_block_swap(model: nn.Module, resident_blocks: int, device: torch.devi
     swap = BlockSwap(model.blocks, resident_blocks, device)
     model.block_swap = swap
     return swap
-
-
-def transformer_weight_bytes(
-    config, elem: int, resident_blocks: int | None = None, fp8_block_weights: bool = False
-) -> int:
-    """Device bytes of the transformer's weights: everything, or with block swap the resident blocks,
-    the two staging slots and the non-block weights (embeddings, head). fp8_block_weights: the blocks'
-    linear weights at one byte each (their biases, norms and modulations stay at `elem`)."""
-    layers = config.num_layers
-    on_device = layers if resident_blocks is None else min(layers, resident_blocks + min(2, layers - resident_blocks))
-    block = config.block_parameters()
-    linear_weights = 8 * config.dim * config.dim + 2 * config.dim * config.ffn_dim
-    block_bytes = (block - linear_weights) * elem + linear_weights * (1 if fp8_block_weights else elem)
-    return (config.num_parameters() - layers * block) * elem + on_device * block_bytes

@@ -15,7 +15,7 @@ import torch
 
 from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
-from ..pipeline import SamplingConfig
+from ..scheduler import SamplingConfig
 from .block_swap import enable_block_swap
 from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
 from .wan.causal_transformer import CausalWanTransformer
@@ -393,7 +393,7 @@ def _load_text_encoder(path: str, text_len: int, device, dtype, placement: str =
 
 def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldModel:
     """The toy driving-world model shipped in inferix_core/assets/bundled (its own tiny causal AE)."""
-    from ..assets import load_bundled
+    from .bundled import load_bundled
 
     b = load_bundled(device=device)
     transformer = b.transformer.to(dtype).requires_grad_(False)

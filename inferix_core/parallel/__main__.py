@@ -2,6 +2,7 @@
 
 import sys
 
+from ..cli import main as cli_main
 from .launch import main
 
-sys.exit(main())
+sys.exit(main(cli_main))

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 
 import torch.distributed as dist
 
@@ -64,10 +65,12 @@ class _ErrorTee:
         self.stream.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run `inferix <argv>` on this rank (see the module docstring)."""
-    from ..cli import main as cli_main
+def main(cli_main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
+    """Run `cli_main(<argv>)` (the `inferix` CLI) on this rank (see the module docstring).
 
+    The CLI is passed in by the entry points (`python -m inferix_core` / `-m inferix_core.parallel`), so this
+    layer below the CLI never imports it.
+    """
     argv = sys.argv[1:] if argv is None else argv
     init_distributed(os.environ.get(DEVICE_ENV))
     rank = get_rank()

@@ -3,8 +3,9 @@
 For each block of `block_frames` latent frames (Self-Forcing pipeline/causal_inference.py, in words in
 tests/fixtures/README.md §1.5):
   1. x ← noise for the block;
-  2. for each timestep t_s: flow = model(x, t_s), x0 = x − σ(t_s)·flow (float64),
-     and unless last, x ← (1 − σ')·x0 + σ'·n with fresh noise n and σ' = σ(t_{s+1});
+  2. for each timestep t_s: flow = model(x, t_s), then the scheduler's step (FlowMatchScheduler.step):
+     x0 = x − σ(t_s)·flow (float64), and unless last, x ← (1 − σ')·x0 + σ'·n with fresh noise n and
+     σ' = σ(t_{s+1});
   3. the block's output is the last x0;
   4. context pass: model(x0, t = context_noise) overwrites the block's K/V with clean-context values.
 The loop yields each clean block as soon as it exists, so decoding and streaming can start at once.
@@ -21,33 +22,13 @@ from typing import Any
 
 import torch
 
-from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
+from ..cache import KVCache, KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
-from ..models.wan.layers import to_device_async
 from ..parallel import head_shards, maybe_enable_sequence_parallel
-from ..scheduler import FlowMatchScheduler
+from ..scheduler import FlowMatchScheduler, SamplingConfig
+from ..tensors import to_device_async
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How a family samples: few-step list, warping, shift, block size (defaults: Self-Forcing)."""
-
-    denoising_steps: tuple[int, ...] = (1000, 750, 500, 250)
-    warp_denoising_steps: bool = True
-    shift: float = 5.0
-    num_train_timesteps: int = 1000
-    block_frames: int = 3  # latent frames per block
-    context_noise: int = 0  # timestep of the clean context pass (no noise is added, as in the reference)
-    independent_first_frame: bool = False  # a separate 1-frame first block (image-conditioned models)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
-        if not self.denoising_steps:
-            raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
-        if self.block_frames < 1:
-            raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
 
 
 class SeededNoise:
@@ -106,7 +87,7 @@ class StreamState:
     and swaps `text` (prompt switch) or re-writes `cache` (re-cache) between blocks.
     """
 
-    cache: Any  # a KVCache from inferix_core.cache
+    cache: KVCache
     text: Any  # CrossAttentionCache of the current prompt
     noise: Any  # anything with initial(start_frame, shape) and step(block, step, shape)
     latent_height: int
@@ -132,7 +113,7 @@ class PipelineHooks:
         return contextlib.nullcontext()
 
     def check_interrupt(self) -> None:
-        """Raise InterruptedError_ to stop between steps."""
+        """Raise GenerationInterruptedError to stop between steps."""
 
 
 class BlockDiffusionPipeline:
@@ -145,8 +126,7 @@ class BlockDiffusionPipeline:
         self.cache_config = cache_config or KVCacheConfig()
         self.cache_config.check_block(sampling.block_frames)
         self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
-        self.timesteps = self.scheduler.timesteps_for(sampling.denoising_steps, sampling.warp_denoising_steps)
-        self.sigmas = [float(s) for s in self.scheduler.sigma_at(self.timesteps)]
+        self.timesteps = self.scheduler.set_timesteps(sampling.denoising_steps, sampling.warp_denoising_steps)
         self.kv_cache = None  # the last run's cache (for inspection and tests)
 
     @property
@@ -273,15 +253,17 @@ class BlockDiffusionPipeline:
         if context is not None:
             self.set_prompt(state, context)
         x = to_device_async(state.noise.initial(index * n, shape).float(), self.device)
+
+        def renoise(step: int) -> torch.Tensor:
+            return to_device_async(state.noise.step(index, step, shape), self.device)
+
         for s, t in enumerate(self.timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
                 flow = self._call(state, x, t, start, n, action)
-                x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
+                out = self.scheduler.step(flow.float(), s, x, renoise)
+            x0, x = out.x0, out.prev_sample
             hooks.on_step(index, s, x0)
-            if s + 1 < len(self.sigmas):
-                eps = to_device_async(state.noise.step(index, s + 1, shape), self.device)
-                x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
         # context pass: rewrite this block's K/V from the clean x0
         hooks.on_context_pass(index)
         with hooks.stage("context_pass"):

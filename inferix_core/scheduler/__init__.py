@@ -1,3 +1,4 @@
-from .flow_match import FlowMatchScheduler
+from .flow_match import FlowMatchScheduler, FlowMatchStepOutput
+from .sampling import SamplingConfig
 
-__all__ = ["FlowMatchScheduler"]
+__all__ = ["FlowMatchScheduler", "FlowMatchStepOutput", "SamplingConfig"]

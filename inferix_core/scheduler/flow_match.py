@@ -5,13 +5,28 @@ A denoising step list such as [1000, 750, 500, 250] may be *warped* onto this ta
 of the table followed by 0), which is what Self-Forcing does. σ of a timestep is looked up by nearest
 table entry. Arithmetic precision matches the reference: tables in float32, x0 conversion in float64,
 re-noising in float32. No model import here.
+
+`set_timesteps` + `step` are the few-step sampler the pipeline drives (the shape of diffusers'
+`FlowMatchEulerDiscreteScheduler.step(..., stochastic_sampling=True)`): the pipeline calls the model and
+hands the flow to `step`, so a new update rule is a new scheduler, not an edit of the block loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FlowMatchStepOutput:
+    """What one few-step update produces."""
+
+    x0: torch.Tensor  # the clean prediction of this step (the block's output after the last step)
+    prev_sample: torch.Tensor | None  # the next step's input; None after the last step
 
 
 class FlowMatchScheduler:
@@ -30,6 +45,8 @@ class FlowMatchScheduler:
         s = torch.linspace(sigma_max, sigma_min, num_inference_steps + 1, dtype=torch.float32)[:-1]
         self.sigmas = shift * s / (1 + (shift - 1) * s)  # (N,) float32
         self.timesteps = self.sigmas * num_train_timesteps  # (N,) float32
+        self.step_timesteps = torch.zeros(0, dtype=torch.float32)  # the few-step list (set_timesteps)
+        self.step_sigmas: list[float] = []  # σ of each step of that list
 
     def warp(self, steps: list[int] | tuple[int, ...]) -> torch.Tensor:
         """Map a raw step list onto the shifted table: v -> table[N_train − v], table = timesteps ++ [0]."""
@@ -58,6 +75,35 @@ class FlowMatchScheduler:
     def to_x0(self, flow: torch.Tensor, xt: torch.Tensor, sigma: float) -> torch.Tensor:
         """x0 = xt − σ·flow, computed in float64 and returned in flow's dtype."""
         return (xt.double() - float(sigma) * flow.double()).to(flow.dtype)
+
+    def set_timesteps(self, steps: list[int] | tuple[int, ...], warp: bool) -> torch.Tensor:
+        """Choose the few-step list `step` walks; returns its float32 timesteps (what the model is called with)."""
+        self.step_timesteps = self.timesteps_for(steps, warp)
+        self.step_sigmas = [float(s) for s in self.sigma_at(self.step_timesteps)]
+        return self.step_timesteps
+
+    def step(
+        self,
+        flow: torch.Tensor,
+        step_index: int,
+        sample: torch.Tensor,
+        noise: Callable[[int], torch.Tensor],
+    ) -> FlowMatchStepOutput:
+        """One stochastic few-step update: x0 = x − σ_s·flow, then x ← (1 − σ_{s+1})·x0 + σ_{s+1}·ε.
+
+        Args:
+            flow: the model's flow prediction at step `step_index` (float32, the sample's layout).
+            sample: that step's input x.
+            noise: called as noise(step_index + 1) for fresh ε, only when a next step exists, so a seeded
+                source draws exactly as often as the reference does.
+        """
+        if not self.step_sigmas:
+            raise ConfigError("call set_timesteps(steps, warp) before step()")
+        x0 = self.to_x0(flow, sample, self.step_sigmas[step_index])
+        if step_index + 1 >= len(self.step_sigmas):
+            return FlowMatchStepOutput(x0, None)
+        nxt = step_index + 1
+        return FlowMatchStepOutput(x0, self.add_noise(x0, noise(nxt), self.step_sigmas[nxt]))
 
     def add_noise(self, x0: torch.Tensor, noise: torch.Tensor, sigma: float) -> torch.Tensor:
         """(1 − σ)·x0 + σ·noise with a float32 σ (the reference's add_noise)."""

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import BackendUnavailableError, CheckpointLayoutError, MissingFileError
+from ..tensors import read_state_dict
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +250,6 @@ class UMT5TextEncoder:
         dtype: torch.dtype | None = None,
     ) -> UMT5TextEncoder:
         """Load a single weights file; the tokenizer comes from the file's `spiece_model` unless given."""
-        from ..vae.checkpoint import read_state_dict
-
         transformers = _require_transformers()
         path, dtype = Path(path), dtype or _default_dtype(device)
         raw = read_state_dict(path)

@@ -12,35 +12,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
-from ..errors import CheckpointLayoutError, MissingFileError
+from ..errors import CheckpointLayoutError
+from ..tensors import read_state_dict  # re-exported: taehv and older callers import it from here
 
 WAN_PROBE = "decoder.conv1.weight"
 DIFFUSERS_PROBE = "decoder.conv_in.weight"
-_WRAPPERS = ("state_dict", "model", "module", "vae", "model_state_dict")
-
-
-def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """Tensors of a .safetensors or torch .pth/.pt/.ckpt file (weights_only), unwrapping one level of nesting."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"weights file '{path}' does not exist")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path))
-    obj = torch.load(str(path), map_location="cpu", weights_only=True)
-    for _ in range(2):  # {"state_dict": {...}} or {"model": {"state_dict": ...}}
-        if isinstance(obj, Mapping) and not any(isinstance(v, Tensor) for v in obj.values()):
-            inner = next((obj[k] for k in _WRAPPERS if isinstance(obj.get(k), Mapping)), None)
-            if inner is None:
-                break
-            obj = inner
-    if not isinstance(obj, Mapping):
-        raise CheckpointLayoutError(f"'{path.name}' holds a {type(obj).__name__}, expected a state dict of tensors")
-    return {k: v for k, v in obj.items() if isinstance(v, Tensor)}
 
 
 def _find_prefix(keys: list[str], probe: str) -> str | None:

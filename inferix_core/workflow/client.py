@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InferixError, InterruptedError_, WorkflowError
+from ..errors import GenerationInterruptedError, InferixError, WorkflowError
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class ComfyClient:
 
         Raises:
             WorkflowError: a node failed on the server (its exception text is in the message).
-            InterruptedError_: the run was interrupted on the server.
+            GenerationInterruptedError: the run was interrupted on the server.
             ServerError: `timeout_s` passed first.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -204,7 +204,7 @@ class ComfyClient:
             elif kind == "execution_error":
                 raise WorkflowError(format_execution_error(data), node_id=data.get("node_id"))
             elif kind == "execution_interrupted":
-                raise InterruptedError_(
+                raise GenerationInterruptedError(
                     f"the run was interrupted on the server at node {data.get('node_id')} ({data.get('node_type')})"
                 )
 
@@ -214,7 +214,7 @@ class ComfyClient:
             if event == "execution_error":
                 raise WorkflowError(format_execution_error(data), node_id=data.get("node_id"))
             if event == "execution_interrupted":
-                raise InterruptedError_(f"the run was interrupted on the server at node {data.get('node_id')}")
+                raise GenerationInterruptedError(f"the run was interrupted on the server at node {data.get('node_id')}")
         return PromptRun(prompt_id, dict(entry.get("outputs") or {}), status.get("status_str", "success"))
 
 

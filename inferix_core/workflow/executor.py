@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InferixError, InterruptedError_, WorkflowError
+from ..errors import GenerationInterruptedError, InferixError, WorkflowError
 from .loader import Workflow, as_schemas, load_workflow
 from .overrides import apply_overrides
 from .progress import NullProgress, TqdmProgress, check_interrupt, clear_interrupt, use_progress
@@ -77,7 +77,7 @@ def execute(
 
     Raises:
         WorkflowValidationError: before anything runs, listing every problem.
-        WorkflowError: a node failed (message names the node); InterruptedError_ when interrupted.
+        WorkflowError: a node failed (message names the node); GenerationInterruptedError when interrupted.
     """
     import torch
 
@@ -142,10 +142,10 @@ def _run_node(
         raise WorkflowError(f"{node['class_type']} has no FUNCTION attribute", node_id=nid)
     try:
         returned = getattr(node_class(), func_name)(**kwargs)
-    except InterruptedError_:
+    except GenerationInterruptedError:
         raise
     except KeyboardInterrupt:
-        raise InterruptedError_(f"interrupted while running node {nid} ({node['class_type']})") from None
+        raise GenerationInterruptedError(f"interrupted while running node {nid} ({node['class_type']})") from None
     except InferixError as exc:
         raise WorkflowError(f"{node['class_type']} failed: {exc}", node_id=nid) from exc
     except Exception as exc:

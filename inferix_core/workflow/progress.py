@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import InterruptedError_
+from ..errors import GenerationInterruptedError
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,6 @@ def interrupt_requested() -> bool:
 
 
 def check_interrupt() -> None:
-    """Raise InterruptedError_ when an interrupt was requested; nodes call this between steps."""
+    """Raise GenerationInterruptedError when an interrupt was requested; nodes call this between steps."""
     if _interrupt.is_set():
-        raise InterruptedError_("generation was interrupted")
+        raise GenerationInterruptedError("generation was interrupted")

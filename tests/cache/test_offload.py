@@ -18,6 +18,7 @@ from inferix_core.cache import KVCacheConfig, KVCacheSpec, OffloadedKVCache, Pag
 from inferix_core.cache import offload as offload_mod
 from inferix_core.cache.offload import OffloadStore, budget_for_offloaded, offload_layout
 from inferix_core.cache.planner import cache_cost, estimate_offload
+from inferix_core.errors import ConfigError
 from inferix_core.models.wan.config import WanConfig
 
 T, H, D = 4, 2, 8  # frame tokens, heads, head dim
@@ -166,21 +167,44 @@ def test_planner_bytes_equal_allocation_and_estimate():
     ):
         cost, st = cache_cost(cfg, sp), create_kv_cache(cfg, sp).stats()
         assert (cost.device_bytes, cost.host_bytes) == (st["resident_bytes"], st["offloaded_bytes"]), cfg
-    assert (
-        offload_layout(
-            dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget_for_offloaded(base, sp, 4)), sp
-        ).num_offloaded
-        == 4
-    )
-    # Wan 1.3B, 480×832, window 21 + sink 3: 172.5 MB per layer per call vs ≈ 3 ms of compute
+
+
+def test_offload_layout_from_a_budget_worked_by_hand():
+    """The budget is derived here from the shapes, not from the planner's own helpers."""
+    sp = spec(num_layers=6, max_frames=12)
+    base = KVCacheConfig(window_frames=7, sink_frames=1, page_frames=2)
+    frame = 2 * T * H * D * 4  # K and V of one frame of one layer, fp32: 512 bytes
+    # sink 1 → 1 page; 6 ring frames that may start mid-page → ⌈5/2⌉ + 1 = 4 pages; 5 pages of 2 frames
+    layer, block = 5 * 2 * frame, 3 * frame
+    # 4 of 6 layers offloaded: 2 resident + 2 staging layers of pages, and 4 block buffers
+    four = (2 + 2) * layer + 4 * block
+    assert budget_for_offloaded(base, sp, 4) == four
+    for budget, offloaded in ((four, 4), (four - 1, 5), (6 * layer, 0)):
+        cfg = dataclasses.replace(base, offload="auto", gpu_budget_bytes=budget)
+        assert offload_layout(cfg, sp).num_offloaded == offloaded, budget
+
+
+@pytest.mark.parametrize("h2d", [50e9, 25e9])
+def test_offload_estimate_worked_by_hand(h2d):
+    """Wan 1.3B, 480×832, window 21 + sink 3, at a given bandwidth and compute rate (not the module's defaults)."""
     wan = WanConfig()
     big = KVCacheSpec(30, 12, 128, 1560, 3, dtype=torch.bfloat16)
-    est = estimate_offload(wan, big, KVCacheConfig(window_frames=21, sink_frames=3, offload="always"))
-    assert est.past_frames == 18 and est.bytes_per_layer_call == 18 * 2 * 1560 * 1536 * 2
-    assert est.writeback_bytes_per_layer_block == 3 * 2 * 1560 * 1536 * 2
-    assert 3.4e-3 < est.h2d_seconds_per_layer_call < 3.5e-3 and 2.9e-3 < est.layer_seconds < 3.1e-3
-    assert est.num_offloaded == 30 and 0.85 < est.best_hidden_fraction < 0.9
-    assert est.max_hidden_offloaded == 19 and est.min_resident_layers == 11
+    cfg = KVCacheConfig(window_frames=21, sink_frames=3, offload="always")
+    flops_per_s = 450e12
+    est = estimate_offload(wan, big, cfg, h2d_bytes_per_s=h2d, flops_per_s=flops_per_s)
+    frame = 2 * 1560 * 12 * 128 * 2  # K and V of one frame of one layer, bf16: 9.58 MB
+    assert est.past_frames == 18 and est.bytes_per_layer_call == 18 * frame
+    assert est.writeback_bytes_per_layer_block == 3 * frame
+    # n = 3·1560 queries over 21·1560 keys, d = 1536, ffn = 8960, 512 text tokens
+    n, d, ffn, span, text = 3 * 1560, 1536, 8960, 21 * 1560, 512
+    flops = 2 * n * (6 * d * d + 2 * d * ffn) + 4 * n * span * d + 4 * n * text * d
+    assert 1.34e12 < flops < 1.35e12 and est.flops_per_layer_call == flops
+    assert est.h2d_seconds_per_layer_call == pytest.approx(18 * frame / h2d)
+    assert est.layer_seconds == pytest.approx(flops / flops_per_s)
+    # copies may fill 3/4 of the compute: 0.75 · 30 · 2.99 ms / 3.45 ms = 19.5 layers at 50 GB/s, 9.8 at 25
+    assert est.max_hidden_offloaded == {50e9: 19, 25e9: 9}[h2d]
+    assert est.min_resident_layers == 30 - est.max_hidden_offloaded
+    assert est.best_hidden_fraction == pytest.approx(30 * flops / flops_per_s / (30 * 18 * frame / h2d))
 
 
 # -- restart(): the paged kinds skip evicted frames like the ring ------------------------------------------
@@ -196,11 +220,12 @@ def test_paged_restart_matches_ring(kind, schedule):
     }[kind]
     ring, other = RingKVCache(base, sp), create_kv_cache(dataclasses.replace(base, **extra), sp)
     g = torch.Generator().manual_seed(0)
+    sinks = [torch.randn(1, 2 * T, H, D, generator=g) for _ in range(4)]  # random: fresh pages may be zeros
     for cache in (ring, other):
         cache.begin(0, 2)
-        cache.layer(0).update(torch.zeros(1, 2 * T, H, D), torch.zeros(1, 2 * T, H, D))
-        cache.layer(1).update(torch.zeros(1, 2 * T, H, D), torch.zeros(1, 2 * T, H, D))
-    with pytest.raises(Exception, match="would go back"):
+        cache.layer(0).update(sinks[0], sinks[1])
+        cache.layer(1).update(sinks[2], sinks[3])
+    with pytest.raises(ConfigError, match="would go back"):
         other.restart(1)
     ring.restart(10)
     other.restart(10)
@@ -219,7 +244,7 @@ def test_paged_restart_matches_ring(kind, schedule):
     assert other.resident_frames() == [0, 1, 14, 15, 16, 17]
     assert other.num_evictions == ring.num_evictions
     other.reset()
-    with pytest.raises(Exception, match="sink frames first"):
+    with pytest.raises(ConfigError, match="sink frames first"):
         other.restart(4)
 
 

@@ -124,7 +124,7 @@ def test_load_world_model_with_resident_blocks_generates_the_same_video(tmp_path
 
 
 def test_block_parameter_formula_matches_the_module():
-    from inferix_core.models.block_swap import transformer_weight_bytes
+    from inferix_core.cache.planner import transformer_weight_bytes
 
     for qk, cross in [(True, True), (False, False)]:
         cfg = WanConfig(dim=32, ffn_dim=48, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=3,
@@ -165,7 +165,7 @@ def test_plan_resident_blocks_fills_the_budget_and_names_a_fix():
 
 
 def test_fp8_block_weight_bytes_match_a_quantized_model():
-    from inferix_core.models.block_swap import transformer_weight_bytes
+    from inferix_core.cache.planner import transformer_weight_bytes
     from inferix_core.models.fp8 import quantize_linears_fp8
 
     cfg = WanConfig(dim=32, ffn_dim=64, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=3)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig
+from inferix_core.errors import ShapeMismatchError
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer, block_causal_mask
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig, SeededNoise
@@ -103,7 +104,7 @@ def test_actions_condition_the_output():
     a = pipe.generate(_request(seed=3, actions=acts))
     b = pipe.generate(_request(seed=3, actions=acts.roll(1, dims=-1)))
     assert (a - b).abs().max() > 1e-3
-    with pytest.raises(Exception, match="one action row per latent frame"):
+    with pytest.raises(ShapeMismatchError, match="one action row per latent frame"):
         pipe.generate(_request(seed=3, actions=acts[:, :3]))
 
 

@@ -203,15 +203,9 @@ def test_prompt_schedule_past_the_end_fails_clearly(node_classes, models_dir, ou
 
 
 def test_quickstart_workflow_runs_headless(node_classes, output_dir):
-    """The shipped quickstart, on the bundled model (skipped until the bundled weights are installed)."""
-    from inferix_core.errors import MissingFileError
-    from inferix_core.models.registry import load_world_model
+    """The shipped quickstart, on the bundled model (its weights are in git: a missing file fails the test)."""
     from inferix_core.workflow import execute
 
-    try:
-        load_world_model("bundled", device="cpu")
-    except MissingFileError as exc:
-        pytest.skip(f"bundled model not available: {exc}")
     workflow = json.loads((WORKFLOWS / "quickstart_api.json").read_text())
     workflow["1"]["inputs"]["device"] = "cpu"
     result = execute(workflow, node_classes, output_dir=output_dir, progress=False)
@@ -249,14 +243,9 @@ def test_speed_options_reach_the_loaded_model(node_classes, models_dir):
 
 def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output_dir, monkeypatch):
     """A quickstart saved without fp8/compile (API and UI format) validates and runs with both off."""
-    from inferix_core.errors import MissingFileError
     from inferix_core.models import registry
     from inferix_core.workflow import execute, load_workflow, validate
 
-    try:
-        registry.load_world_model("bundled", device="cpu")
-    except MissingFileError as exc:
-        pytest.skip(f"bundled model not available: {exc}")
     api = json.loads((WORKFLOWS / "quickstart_api.json").read_text())
     loader = api["1"]["inputs"]
     assert (loader.pop("fp8"), loader.pop("compile")) == (False, False)

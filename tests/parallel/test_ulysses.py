@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,9 @@ WORKER = Path(__file__).with_name("sp_worker.py")
 WORLD = 2
 ATOL = 1e-4
 FILES = fixture_files("causal_wan_*.safetensors")
+# Two ranks start torch and run every fixture; on a busy 2-core machine that has taken over 120 s. The
+# limit only has to catch a hang (a rank stuck in a collective), so it is generous, and scalable.
+TIMEOUT_S = 600.0 * float(os.environ.get("INFERIX_TEST_TIMEOUT_SCALE", "1"))
 
 
 def _free_port() -> int:
@@ -34,15 +38,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(mode: str, out_dir: Path, timeout: float = 120.0) -> list[subprocess.CompletedProcess]:
+def launch(mode: str, out_dir: Path, timeout: float = TIMEOUT_S) -> list[subprocess.CompletedProcess]:
     """Run WORLD ranks of the worker; return each rank's completed process (stdout+stderr captured)."""
     return launch_command([str(WORKER), mode, str(out_dir)], timeout)
 
 
 def launch_command(
-    args: list[str], timeout: float = 120.0, cwd: Path | None = None
+    args: list[str], timeout: float = TIMEOUT_S, cwd: Path | None = None
 ) -> list[subprocess.CompletedProcess]:
-    """Run `python ARGS` as WORLD ranks with torchrun's environment."""
+    """Run `python ARGS` as WORLD ranks with torchrun's environment; fails with their output on a hang."""
     port = _free_port()
     procs = []
     for rank in range(WORLD):
@@ -63,9 +67,18 @@ def launch_command(
             )
         )
     results = []
+    deadline = time.monotonic() + timeout
     try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=timeout)
+        for rank, proc in enumerate(procs):
+            try:
+                out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+                pytest.fail(
+                    f"rank {rank} still running after {timeout:.0f} s (a hang, or a very busy machine: raise "
+                    f"INFERIX_TEST_TIMEOUT_SCALE); its output:\n{out}"
+                )
             results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out))
     finally:
         for proc in procs:
@@ -136,7 +149,7 @@ def test_heads_must_divide_by_world_size(rank_outputs):
 
 def test_error_on_one_rank_stops_all_with_its_message(tmp_path):
     """Rank 1 raises while rank 0 waits in a barrier: rank 0 stops at once, printing rank 1's error."""
-    results = launch("fail", tmp_path, timeout=60)
+    results = launch("fail", tmp_path)
     assert results[1].returncode != 0 and "rank one broke on purpose" in results[1].stdout
     assert results[0].returncode != 0, results[0].stdout
     assert "rank 1: ConfigError: rank one broke on purpose" in results[0].stdout, results[0].stdout

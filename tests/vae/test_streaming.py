@@ -74,9 +74,19 @@ def test_zero_cache_demo_mode_matches_fixture(vae_fixture):
     torch.testing.assert_close(out, vae_fixture.tensors["stream_block3_zero_cache.output"], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("chunks", [[3, 3, 3, 3, 3, 2], [2, 7, 8]])
-def test_stream_encoder_equals_encode(vae_fixture, chunks):
+@pytest.mark.parametrize("chunking", ["fixture", 3, "uneven"])
+def test_stream_encoder_equals_encode(vae_fixture, chunking):
+    """Any split of the fixture's video (its length from the file, not assumed) encodes as the whole does."""
     video = vae_fixture.tensors["encode_input_video"]
+    T = video.shape[2]
+    assert vae_fixture.info["video_shape"][2] == T
+    if chunking == "fixture":
+        chunks = vae_fixture.info["encode"]["frame_chunks"]
+    elif chunking == "uneven":  # 2 frames, then the rest in two unequal parts
+        chunks = [c for c in (2, (T - 2) // 3, T - 2 - (T - 2) // 3) if c > 0]
+    else:
+        chunks = _chunks(T, chunking)
+    assert sum(chunks) == T
     enc = vae_fixture.vae.stream_encoder()
     outs, start = [], 0
     for n in chunks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dummy_nodes
 import pytest
 
-from inferix_core.errors import InterruptedError_, WorkflowError
+from inferix_core.errors import GenerationInterruptedError, WorkflowError
 from inferix_core.workflow import execute, execution_order, validate
 
 
@@ -57,7 +57,7 @@ def test_node_failure_names_the_node(workflow, nodes, tmp_path):
 
 def test_interrupt_stops_the_run(workflow, nodes, tmp_path):
     workflow["2"] = {"class_type": "Test_Interrupter", "inputs": {"x": ["1", 0]}}
-    with pytest.raises(InterruptedError_):
+    with pytest.raises(GenerationInterruptedError):
         execute(workflow, nodes, output_dir=tmp_path, progress=False)
     assert not any(c.startswith("SaveText") for c in dummy_nodes.CALLS)
     execute(

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from inferix_core.assets import bundled_model_paths, load_bundled
+from inferix_core.assets import bundled_model_paths
+from inferix_core.models.bundled import load_bundled
 from inferix_core.world import latent_to_pixel_actions, render_episode
 from inferix_core.world.compare import psnr
 from training.data import episode_actions, episode_seed

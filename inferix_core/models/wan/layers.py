@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...tensors import to_device_async  # used below; also imported from here by older code
+
 
 class RMSNorm(nn.Module):
     """x · rsqrt(mean(x²) + eps) · weight, normalised in float32 (as Wan's WanRMSNorm)."""
@@ -100,19 +102,6 @@ class RotaryEmbedding3D:
             self._cache.clear()
         self._cache[key] = freqs
         return freqs
-
-
-def to_device_async(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """Copy a host tensor to `device` without blocking the host (pinned staging on CUDA).
-
-    A plain `.to("cuda")` from pageable memory waits for the copy, i.e. a host sync inside the block
-    loop; from pinned memory the copy is queued on the stream and the caching host allocator keeps the
-    staging buffer alive until it has run.
-    """
-    device = torch.device(device)
-    if device.type != "cuda" or t.device.type != "cpu":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
