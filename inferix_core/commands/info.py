@@ -16,6 +16,7 @@ import torch
 
 from ..attention.registry import _BACKENDS, attention_backends
 from ..models.registry import FAMILIES, load_world_model
+from .lora_option import add_lora_option
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +38,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="load with the transformer-block linears in fp8 e4m3 (the description then counts them)",
     )
+    add_lora_option(p)
     p.set_defaults(func=run)
 
 
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
             device=args.device,
             dtype=args.dtype,
             fp8=args.fp8,
+            lora=args.lora,
         )
         print("\nmodel:")
         print(_indent(world_model.describe()))

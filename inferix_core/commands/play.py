@@ -25,6 +25,7 @@ from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
+from .lora_option import add_lora_option
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ def register(subparsers: Any) -> None:
         help="torch.compile each transformer block (~1.3x faster diffusion on an H200); the first block "
         "compiles first (a one-off wait)",
     )
+    add_lora_option(p)  # with a workflow: its Load World Model LoRA nodes, then these
     p.set_defaults(func=run)
 
 
@@ -268,6 +270,7 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
         device=args.device,
         fp8=args.fp8,
         compile=args.compile,
+        lora=args.lora,
     )
     width, height = bundled_size() if source == "bundled" else (None, None)
     return PlaySetup(world_model, width=width, height=height)
@@ -313,6 +316,7 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         device=args.device if args.device != "auto" else loader.get("device", "auto"),
         attention=loader.get("attention", "sdpa"),
         fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
+        lora=_workflow_loras(graph) + list(args.lora),
     )  # fmt: skip
     cache = None
     if (kv := nodes.get("InferixKVCacheConfig")) is not None:
@@ -345,6 +349,15 @@ def _node_inputs(graph: Any) -> dict[str, dict[str, Any]]:
             inputs = {k: v for k, v in node.get("inputs", {}).items() if not isinstance(v, list)}  # links are lists
             found.setdefault(node["class_type"], inputs)
     return found
+
+
+def _workflow_loras(graph: dict) -> list[tuple[str, float]]:
+    """(file, strength) of every InferixLoadWorldModelLoRA node in an API-format workflow."""
+    return [
+        (_resolve_model_file("loras", node["inputs"]["lora_name"]), float(node["inputs"].get("strength", 1.0)))
+        for node in graph.values()
+        if isinstance(node, dict) and node.get("class_type") == "InferixLoadWorldModelLoRA"
+    ]
 
 
 def _resolve_model_file(folder: str, name: str) -> str:

@@ -8,6 +8,7 @@ hint, or the bundled model's config) and defaults to Self-Forcing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
 from ..pipeline import SamplingConfig
 from .fp8 import count_fp8_linears, quantize_linears_fp8
+from .lora import LoraArg, lora_label, merge_lora_files
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -166,6 +168,7 @@ def load_world_model(
     num_heads: int | None = None,
     fp8: bool = False,
     compile: bool = False,
+    lora: Sequence[LoraArg] | None = None,
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -178,16 +181,20 @@ def load_world_model(
     (`inferix_core.models.fp8`); the rest of the model stays in `dtype`. Off by default: it trades
     ~1–3 % relative error per layer for speed and half the block weights' memory, and it only runs
     fast on CUDA GPUs with compute capability ≥ 8.9 (elsewhere an emulation runs, with a warning).
+
+    lora=[(path, strength), ...] merges LoRA files into the transformer weights before fp8 and compile
+    (`inferix_core.models.lora`: peft, ComfyUI, kohya and diffusers formats; several stack).
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
-        return _maybe_compile(_load_bundled(dev, dt, attention, fp8), compile)
+        return _maybe_compile(_load_bundled(dev, dt, attention, fp8, lora), compile)
     from .wan.checkpoint import load_wan_checkpoint
 
     if not Path(path).exists():
         raise MissingFileError(f"model file '{path}' does not exist; put it in ComfyUI's models/diffusion_models")
     state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads)
+    state = merge_lora_files(state, lora, device=dev)  # before fp8 and compile; no LoRA: the same tensors
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
     transformer = _build_transformer(config, state, dev, dt, attention)
@@ -206,7 +213,7 @@ def load_world_model(
         preview,
         text,
         fps=spec.fps,
-        source=f"{path} ({info.layout})",
+        source=f"{path} ({info.layout}){lora_label(lora)}",
     )
     return _maybe_compile(model, compile)
 
@@ -275,12 +282,16 @@ def _load_text_encoder(path: str, text_len: int, device, dtype):
     return PromptCache(encoder)  # re-encoding an earlier prompt costs nothing
 
 
-def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldModel:
+def _load_bundled(
+    device, dtype, attention: str, fp8: bool = False, lora: Sequence[LoraArg] | None = None
+) -> WorldModel:
     """The toy driving-world model shipped in inferix_core/assets/bundled (its own tiny causal AE)."""
     from ..assets import load_bundled
 
     b = load_bundled(device=device)
     transformer = b.transformer.to(dtype).requires_grad_(False)
+    if lora:
+        transformer.load_state_dict(merge_lora_files(transformer.state_dict(), lora, device=device))
     set_attention_backend(transformer, attention)
     if fp8:
         quantize_linears_fp8(transformer)
@@ -295,6 +306,6 @@ def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldMode
         default_context=b.context.to(device, dtype),
         action_names=tuple(b.action_names),
         fps=int(b.config.get("fps", 16)),
-        source="bundled (inferix_core/assets/bundled)",
+        source=f"bundled (inferix_core/assets/bundled){lora_label(lora)}",
         default_size=(int(b.config["width"]), int(b.config["height"])),
     )

@@ -19,7 +19,7 @@ def all_inputs(node_class):
 def test_ids_category_and_display_names(node_classes):
     from inferix_nodes import NODE_DISPLAY_NAME_MAPPINGS
 
-    assert len(node_classes) == 11
+    assert len(node_classes) == 12
     for node_id, cls in node_classes.items():
         assert node_id.startswith("Inferix"), node_id
         assert cls.CATEGORY.startswith("Inferix/"), (node_id, cls.CATEGORY)
