@@ -31,6 +31,12 @@ from .sinks.live import InputQueue
 
 log = logging.getLogger(__name__)
 
+# How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm
+# (NVlabs/LongLive v1.0, pipeline/interactive_causal_inference.py `_recache_after_switch`, global sink);
+# "blocks" re-runs every resident block's context pass in order. Families not named here use "blocks".
+RECACHE_STYLES = ("window", "blocks")
+RECACHE_STYLE_BY_FAMILY = {"longlive": "window"}
+
 
 @dataclass(frozen=True)
 class SessionBlock:
@@ -97,9 +103,13 @@ class InteractiveSession:
         default_action: str | None = None,
         prompt_encoder: Callable[[str], torch.Tensor] | None = None,
         profiler: NullProfiler | None = None,
+        recache_style: str | None = None,
     ):
         self.world_model = world_model
         self.hard_switch = hard_switch
+        self.recache_style = recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
+        if self.recache_style not in RECACHE_STYLES:
+            raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
         self.hold_actions = hold_actions
         self.sinks = list(sinks)
         self.inputs = inputs if inputs is not None else InputQueue(set(world_model.action_names))
@@ -335,9 +345,15 @@ class InteractiveSession:
 
     @torch.no_grad()
     def recache(self) -> bool:
-        """Re-write the resident frames' K/V under the current prompt (LongLive's KV re-cache).
+        """Re-write the resident frames' K/V under the current prompt (`recache_style`, below).
 
-        The cache is reset and the stored clean latents of every block that still has resident frames
+        "window" (LongLive's own `_recache_after_switch` with `global_sink: true`): one context pass (t =
+        context_noise) over the clean latents of the resident frames after the sink, attending to the
+        sink's cached K/V and to each other with no causal mask; the sink keeps the first prompt's K/V.
+        While nothing has been evicted yet the pass covers every frame from 0, the sink included (their
+        window then starts at frame 0). One transformer call in all.
+
+        "blocks": the cache is reset and the stored clean latents of every block that still has resident frames
         are run again through the context pass (t = context_noise), sink blocks first, in their original
         block boundaries and with their original actions. Frames evicted before the switch stay evicted:
         after the sink blocks the cache restarts at the window's first block. Costs one transformer call
@@ -349,6 +365,8 @@ class InteractiveSession:
         blocks = [b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
         if not blocks:
             return True
+        if self.recache_style == "window":
+            return self._recache_window(blocks, before)
         gaps = [
             b.start
             for prev, b in zip([None, *blocks], blocks, strict=False)
@@ -373,6 +391,31 @@ class InteractiveSession:
             )
         self.num_recaches += 1
         log.debug("re-cached %d blocks (%d frames) under the new prompt", len(blocks), len(before))
+        return True
+
+    def _recache_window(self, blocks: list[_CachedBlock], resident: list[int]) -> bool:
+        """LongLive's re-cache: one bidirectional context pass over the resident frames after the sink."""
+        end = self.state.next_frame
+        sink = getattr(self.state.cache, "sink_frames", 0)
+        first = 0 if resident == list(range(end)) else min(f for f in resident if f >= sink)
+        frames = list(range(first, end))
+        if not set(frames) <= set(resident):
+            raise ConfigError(  # the ring keeps the window contiguous; anything else is a bug, not a user mistake
+                f"re-cache needs frames {first}..{end - 1} resident, the cache holds {resident}"
+            )
+        latents = torch.cat([b.latents for b in blocks], dim=1)
+        starts = torch.cat([torch.arange(b.start, b.start + b.latents.shape[1]) for b in blocks])
+        pick = [int((starts == f).nonzero()[0]) for f in frames]
+        actions = None
+        if all(b.action is not None for b in blocks):
+            actions = torch.cat([b.action for b in blocks], dim=1)[:, pick]
+        self.pipeline.context_pass(self.state, latents[:, pick], first, actions)
+        if self.state.cache.resident_frames() != resident:
+            raise ConfigError(
+                f"re-cache changed the resident frames from {resident} to {self.state.cache.resident_frames()}"
+            )
+        self.num_recaches += 1
+        log.debug("re-cached frames %d..%d in one pass under the new prompt", first, end - 1)
         return True
 
     def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:

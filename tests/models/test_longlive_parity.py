@@ -1,24 +1,38 @@
 """LongLive with its LoRA: our loader + engine against the authors' own run (bench/fixtures/gen_longlive.py).
 
-Each `longlive_*.safetensors` holds the base weights and LongLive's trace; `info.lora.file` names the adapter
-in LongLive's on-disk format (`{"generator_lora": peft state dict, ...}`), which their code loaded with peft.
-Here the same file goes through `load_world_model(..., lora=...)`, and every setting comes from `info`.
+Each `longlive_*.safetensors` holds the base weights (or names them in `weights_file`) and LongLive's trace;
+`info.lora.file` names the adapter in LongLive's on-disk format (`{"generator_lora": peft state dict, ...}`),
+which their code loaded with peft. Here the same file goes through `load_world_model(..., lora=...)`, and
+every setting comes from `info`. Fixtures with `info.switch` are interactive runs with prompt switches and
+LongLive's KV re-cache (their `InteractiveCausalInferencePipeline`), replayed through `InteractiveSession`.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from safetensors import safe_open
 
 from inferix_core.cache import KVCacheConfig
 from inferix_core.models.lora import read_lora
 from inferix_core.models.registry import load_world_model
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
+from inferix_core.session import InteractiveSession
 from tests.fixture_utils import fixture_files, read_fixture
 from tests.pipeline.test_parity import FixtureNoise, Recorder
 
 ATOL = 1e-4
-FILES = fixture_files("longlive_*.safetensors")
+
+
+def _info(path) -> dict:
+    with safe_open(str(path), "pt") as f:
+        return json.loads(f.metadata()["info"])
+
+
+FILES = [f for f in fixture_files("longlive_*.safetensors") if "switch" not in _info(f)]
+SWITCH = [f for f in fixture_files("longlive_*.safetensors") if "switch" in _info(f)]
 
 
 def settings(info: dict) -> tuple[SamplingConfig, KVCacheConfig]:
@@ -36,10 +50,15 @@ def settings(info: dict) -> tuple[SamplingConfig, KVCacheConfig]:
     return sampling, KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
 
 
+def world_model(path, info: dict, lora: bool):
+    loras = [(str(path.parent / info["lora"]["file"]), 1.0)] if lora else None
+    weights = path.parent / info.get("weights_file", path.name)
+    return load_world_model(str(weights), family="longlive", device="cpu", dtype="fp32", lora=loras)
+
+
 def generate(path, lora: bool):
     info, t = read_fixture(path)
-    loras = [(str(path.parent / info["lora"]["file"]), 1.0)] if lora else None
-    wm = load_world_model(str(path), family="longlive", device="cpu", dtype="fp32", lora=loras)
+    wm = world_model(path, info, lora)
     sampling, cache = settings(info)
     p = info["pipeline"]
     B, _F, _C, H, W = p["latent_shape"]
@@ -100,3 +119,42 @@ def test_longlive_with_its_lora_matches_the_authors_run(path):
 def test_longlive_base_alone_matches_the_authors_run(path):
     _info, t, latents, *_ = generate(path, lora=False)
     torch.testing.assert_close(latents, t["output_latents_without_lora"], atol=ATOL, rtol=0)
+
+
+def replay_session(path, recache_style: str | None = None):
+    """Their interactive run through our InteractiveSession: same noise, prompts switched at the same blocks."""
+    info, t = read_fixture(path)
+    sampling, cache = settings(info)
+    p, sw = info["pipeline"], info["switch"]
+    _B, _F, _C, H, W = p["latent_shape"]
+    wm = world_model(path, info, lora=True)
+    names = sw["prompts"]
+    session = InteractiveSession(
+        wm, names[0], width=8 * W, height=8 * H, cache=cache, sampling=sampling, decode=False,
+        prompt_encoder=lambda name: t[name], recache_style=recache_style,
+    )  # fmt: skip
+    session.state.noise = FixtureNoise(t, sampling.block_frames)
+    out, switches = [], iter(names[1:])
+    for b in range(p["num_blocks"]):
+        if b in sw["switch_block_indices"]:
+            session.switch_prompt(next(switches))
+        out.append(session.step().latents)
+    return info, t, session, torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
+def test_prompt_switch_with_kv_recache_matches_the_authors_run(path):
+    info, t, session, latents = replay_session(path)
+    assert session.recache_style == "window"  # the longlive family's default: their algorithm
+    assert session.num_recaches == len(info["switch"]["switch_block_indices"])
+    assert torch.isfinite(latents).all()
+    torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)
+    assert session.state.cache.num_eviction_events == info["trace"]["evictions_per_layer"]
+
+
+@pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
+def test_the_recache_style_matters_on_this_fixture(path):
+    """Re-running every resident block causally (the other style) lands far from their output: the test above
+    can tell the two apart."""
+    _, t, _, latents = replay_session(path, recache_style="blocks")
+    assert (latents - t["output_latents"]).abs().max() > 100 * ATOL
