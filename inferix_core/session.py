@@ -23,7 +23,7 @@ import torch
 from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
 from .cache import KVCacheConfig
 from .errors import ConfigError
-from .models.registry import WorldModel
+from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
 from .profiling import NullProfiler
@@ -31,11 +31,9 @@ from .sinks.live import InputQueue
 
 log = logging.getLogger(__name__)
 
-# How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm
-# (NVlabs/LongLive v1.0, pipeline/interactive_causal_inference.py `_recache_after_switch`, global sink);
-# "blocks" re-runs every resident block's context pass in order. Families not named here use "blocks".
+# How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm,
+# "blocks" re-runs every resident block's context pass in order; the default per family is in the registry.
 RECACHE_STYLES = ("window", "blocks")
-RECACHE_STYLE_BY_FAMILY = {"longlive": "window"}
 
 
 @dataclass(frozen=True)
@@ -394,28 +392,14 @@ class InteractiveSession:
         return True
 
     def _recache_window(self, blocks: list[_CachedBlock], resident: list[int]) -> bool:
-        """LongLive's re-cache: one bidirectional context pass over the resident frames after the sink."""
-        end = self.state.next_frame
-        sink = getattr(self.state.cache, "sink_frames", 0)
-        first = 0 if resident == list(range(end)) else min(f for f in resident if f >= sink)
-        frames = list(range(first, end))
-        if not set(frames) <= set(resident):
-            raise ConfigError(  # the ring keeps the window contiguous; anything else is a bug, not a user mistake
-                f"re-cache needs frames {first}..{end - 1} resident, the cache holds {resident}"
-            )
-        latents = torch.cat([b.latents for b in blocks], dim=1)
-        starts = torch.cat([torch.arange(b.start, b.start + b.latents.shape[1]) for b in blocks])
-        pick = [int((starts == f).nonzero()[0]) for f in frames]
-        actions = None
-        if all(b.action is not None for b in blocks):
-            actions = torch.cat([b.action for b in blocks], dim=1)[:, pick]
-        self.pipeline.context_pass(self.state, latents[:, pick], first, actions)
+        """LongLive's re-cache (`BlockDiffusionPipeline.recache_window`) from the stored resident blocks."""
+        first = self.pipeline.recache_window(self.state, [(b.start, b.latents, b.action) for b in blocks])
         if self.state.cache.resident_frames() != resident:
             raise ConfigError(
                 f"re-cache changed the resident frames from {resident} to {self.state.cache.resident_frames()}"
             )
         self.num_recaches += 1
-        log.debug("re-cached frames %d..%d in one pass under the new prompt", first, end - 1)
+        log.debug("re-cached frames %d..%d in one pass under the new prompt", first, self.state.next_frame - 1)
         return True
 
     def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:

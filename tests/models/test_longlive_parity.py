@@ -158,3 +158,21 @@ def test_the_recache_style_matters_on_this_fixture(path):
     can tell the two apart."""
     _, t, _, latents = replay_session(path, recache_style="blocks")
     assert (latents - t["output_latents"]).abs().max() > 100 * ATOL
+
+
+@pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
+def test_prompt_schedule_with_recache_matches_the_authors_run(path):
+    """The same run as a finite request (Block Denoise / generate_video with a prompt schedule)."""
+    info, t = read_fixture(path)
+    sampling, cache = settings(info)
+    p, sw = info["pipeline"], info["switch"]
+    B, _F, _C, H, W = p["latent_shape"]
+    pipe = BlockDiffusionPipeline(world_model(path, info, lora=True).transformer, sampling, cache)
+    schedule = [(b, t[name]) for b, name in zip(sw["switch_block_indices"], sw["prompts"][1:], strict=True)]
+    req = GenerationRequest(
+        num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t[sw["prompts"][0]], batch_size=B,
+        noise=FixtureNoise(t, sampling.block_frames), prompt_schedule=schedule, recache_on_switch=True,
+    )  # fmt: skip
+    latents = pipe.generate(req)
+    torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)
+    assert pipe.kv_cache.num_calls == info["trace"]["model_calls"]  # the re-cache calls included
