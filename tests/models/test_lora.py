@@ -289,3 +289,15 @@ def test_cli_lora_flag_is_repeatable(command):
     args = build_parser().parse_args([command, "model.pt", "--lora", "a.pt:0.8", "--lora", "b.safetensors"])
     assert args.lora == [LoraSpec("a.pt", 0.8), LoraSpec("b.safetensors", 1.0)]
     assert build_parser().parse_args([command]).lora == []
+
+
+@pytest.mark.cuda
+def test_merge_on_the_gpu_equals_the_cpu_merge(base, tmp_path):
+    """load_world_model merges on the model's device; the float32 result is the CPU one, returned on CPU."""
+    bf = {k: v.bfloat16() for k, v in base.items()}
+    path = write_kohya(tmp_path / "l.safetensors", factors(base, seed=14))
+    cpu = merge_lora_files(bf, [(str(path), 0.9)])
+    gpu = merge_lora_files(bf, [(str(path), 0.9)], device="cuda")
+    for k in cpu:
+        assert gpu[k].device.type == "cpu" and gpu[k].dtype == cpu[k].dtype
+        torch.testing.assert_close(gpu[k], cpu[k], atol=0, rtol=2**-7)  # TF32/matmul order: one bf16 ulp at most
