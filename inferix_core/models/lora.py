@@ -394,7 +394,10 @@ def merge_loras(
             each tensor's own device.
     """
     out = dict(state)
-    acc: dict[str, torch.Tensor] = {}
+    # 1. check everything first (names, shapes of the low-rank pairs are checked when computed), grouped by
+    #    the tensor they change, so that one tensor's float32 sum is alive at a time (a 14B model's deltas
+    #    at once would double its memory)
+    jobs: dict[str, list[tuple[str, LoraFile, LoraPatch, float, str]]] = {}
     for lora, strength in loras:
         targets = match_lora(lora, state.keys())  # validates even at strength 0
         if strength == 0:
@@ -406,23 +409,28 @@ def merge_loras(
             weight_key = target if target in state else f"{target}.weight"
             if weight_key not in state:
                 raise CheckpointLayoutError(f"{where}: the model has no '{weight_key}'")
-            dev = torch.device(device) if device is not None else state[weight_key].device
-            shape = state[weight_key].shape
-            deltas = []
-            if patch.down is not None:
-                deltas.append((weight_key, strength * lora.scale(patch) * _low_rank_delta(patch, shape, dev, where)))
-            if patch.diff is not None:
-                deltas.append((weight_key, strength * _full_delta(patch.diff, shape, dev, where)))
+            if patch.down is not None or patch.diff is not None:
+                jobs.setdefault(weight_key, []).append(("weight", lora, patch, strength, where))
             if patch.diff_b is not None:
                 bias_key = f"{target}.bias"
                 if bias_key not in state:
                     raise CheckpointLayoutError(f"{where}: the LoRA has a bias diff but the model's layer has no bias")
-                deltas.append((bias_key, strength * _full_delta(patch.diff_b, state[bias_key].shape, dev, where)))
-            for key, delta in deltas:
-                acc[key] = acc[key] + delta if key in acc else delta
-    for key, delta in acc.items():
+                jobs.setdefault(bias_key, []).append(("bias", lora, patch, strength, where))
+    # 2. one tensor at a time: Σ deltas in float32, added once, cast back once
+    for key, parts in jobs.items():
         original = state[key]
-        merged = _dequantized(state, key, delta.device) + delta
+        dev = torch.device(device) if device is not None else original.device
+        delta = torch.zeros(original.shape, dtype=torch.float32, device=dev)
+        for kind, lora, patch, strength, where in parts:
+            if kind == "bias":
+                delta += strength * _full_delta(patch.diff_b, original.shape, dev, where)
+                continue
+            if patch.down is not None:
+                delta += strength * lora.scale(patch) * _low_rank_delta(patch, original.shape, dev, where)
+            if patch.diff is not None:
+                delta += strength * _full_delta(patch.diff, original.shape, dev, where)
+        merged = _dequantized(state, key, dev) + delta
+        del delta
         if original.dtype in FP8_DTYPES:
             if dtype is None:
                 raise ConfigError(f"'{key}' is stored in fp8: pass the compute dtype to merge a LoRA into it")
@@ -430,8 +438,8 @@ def merge_loras(
             out.pop(key.removesuffix("weight") + "scale_weight", None)
         else:
             out[key] = merged.to(device=original.device, dtype=original.dtype)
-    if acc:
-        log.info("merged %d LoRA(s) into %d tensors", sum(1 for _, s in loras if s != 0), len(acc))
+    if jobs:
+        log.info("merged %d LoRA(s) into %d tensors", sum(1 for _, s in loras if s != 0), len(jobs))
     return out
 
 
