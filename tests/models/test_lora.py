@@ -301,3 +301,21 @@ def test_merge_on_the_gpu_equals_the_cpu_merge(base, tmp_path):
     for k in cpu:
         assert gpu[k].device.type == "cpu" and gpu[k].dtype == cpu[k].dtype
         torch.testing.assert_close(gpu[k], cpu[k], atol=0, rtol=2**-7)  # TF32/matmul order: one bf16 ulp at most
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_load_world_model_with_an_fp8_scaled_file(base, tmp_path, dtype):
+    """A ComfyUI fp8-scaled checkpoint: dequantized with its scales, merged, kept in the compute dtype."""
+    from inferix_core.models.registry import load_world_model
+
+    save_wan_checkpoint(base, tmp_path / "fp8.safetensors", "comfyui", config=CFG, fp8_scaled=True)
+    deq, _, _ = load_wan_checkpoint(tmp_path / "fp8.safetensors", dtype=torch.float64)
+    fac = factors(base, seed=15)
+    path = write_comfy(tmp_path / "l.safetensors", fac)
+    wm = load_world_model(str(tmp_path / "fp8.safetensors"), device="cpu", dtype=dtype, lora=[(str(path), 1.0)])
+    expected = closed_form(deq, [(fac, 1.0, ALPHA / RANK)])
+    got = wm.transformer.state_dict()
+    tol = 1e-5 if dtype == "fp32" else 2e-3
+    for m in fac:
+        assert got[f"{m}.weight"].dtype == (torch.float16 if dtype == "fp16" else torch.float32)
+        torch.testing.assert_close(got[f"{m}.weight"].double(), expected[f"{m}.weight"], atol=tol, rtol=tol)
