@@ -20,7 +20,7 @@ import torch
 from .cache import KVCacheConfig, MemoryPlan, plan_memory
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, ShapeMismatchError
-from .models.registry import WorldModel
+from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
 from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
@@ -295,6 +295,7 @@ def generate_video(
         actions=action_tensor,
         prompt_schedule=schedule,
         initial_latents=initial_latents,
+        recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
     )
     pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
     # 3. a streaming decoder that keeps its causal cache across blocks

@@ -23,13 +23,17 @@ import torch
 from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
 from .cache import KVCacheConfig
 from .errors import ConfigError
-from .models.registry import WorldModel
+from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
 from .profiling import NullProfiler
 from .sinks.live import InputQueue
 
 log = logging.getLogger(__name__)
+
+# How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm,
+# "blocks" re-runs every resident block's context pass in order; the default per family is in the registry.
+RECACHE_STYLES = ("window", "blocks")
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,13 @@ class InteractiveSession:
         default_action: str | None = None,
         prompt_encoder: Callable[[str], torch.Tensor] | None = None,
         profiler: NullProfiler | None = None,
+        recache_style: str | None = None,
     ):
         self.world_model = world_model
         self.hard_switch = hard_switch
+        self.recache_style = recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
+        if self.recache_style not in RECACHE_STYLES:
+            raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
         self.hold_actions = hold_actions
         self.sinks = list(sinks)
         self.inputs = inputs if inputs is not None else InputQueue(set(world_model.action_names))
@@ -335,9 +343,15 @@ class InteractiveSession:
 
     @torch.no_grad()
     def recache(self) -> bool:
-        """Re-write the resident frames' K/V under the current prompt (LongLive's KV re-cache).
+        """Re-write the resident frames' K/V under the current prompt (`recache_style`, below).
 
-        The cache is reset and the stored clean latents of every block that still has resident frames
+        "window" (LongLive's own `_recache_after_switch` with `global_sink: true`): one context pass (t =
+        context_noise) over the clean latents of the resident frames after the sink, attending to the
+        sink's cached K/V and to each other with no causal mask; the sink keeps the first prompt's K/V.
+        While nothing has been evicted yet the pass covers every frame from 0, the sink included (their
+        window then starts at frame 0). One transformer call in all.
+
+        "blocks": the cache is reset and the stored clean latents of every block that still has resident frames
         are run again through the context pass (t = context_noise), sink blocks first, in their original
         block boundaries and with their original actions. Frames evicted before the switch stay evicted:
         after the sink blocks the cache restarts at the window's first block. Costs one transformer call
@@ -349,6 +363,8 @@ class InteractiveSession:
         blocks = [b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
         if not blocks:
             return True
+        if self.recache_style == "window":
+            return self._recache_window(blocks, before)
         cache.reset()
         for b in blocks:
             if b.start > cache.end_frame:
@@ -361,6 +377,17 @@ class InteractiveSession:
             )
         self.num_recaches += 1
         log.debug("re-cached %d blocks (%d frames) under the new prompt", len(blocks), len(before))
+        return True
+
+    def _recache_window(self, blocks: list[_CachedBlock], resident: list[int]) -> bool:
+        """LongLive's re-cache (`BlockDiffusionPipeline.recache_window`) from the stored resident blocks."""
+        first = self.pipeline.recache_window(self.state, [(b.start, b.latents, b.action) for b in blocks])
+        if self.state.cache.resident_frames() != resident:
+            raise ConfigError(
+                f"re-cache changed the resident frames from {resident} to {self.state.cache.resident_frames()}"
+            )
+        self.num_recaches += 1
+        log.debug("re-cached frames %d..%d in one pass under the new prompt", first, self.state.next_frame - 1)
         return True
 
     def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:

@@ -11,6 +11,7 @@ from . import comfy_runtime
 from .block_denoise import InferixBlockDenoise
 from .compat import HAVE_COMFY_API
 from .kv_cache_config import InferixKVCacheConfig
+from .load_lora import InferixLoadWorldModelLoRA
 from .load_world_model import InferixLoadWorldModel
 from .lvbench_prompts import InferixLVBenchPrompts
 from .memory_settings import InferixMemorySettings
@@ -25,6 +26,7 @@ comfy_runtime.register_model_folders()
 NODES = [
     InferixLoadWorldModel,
     InferixMemorySettings,
+    InferixLoadWorldModelLoRA,
     InferixKVCacheConfig,
     InferixPromptSchedule,
     InferixLVBenchPrompts,

@@ -35,6 +35,19 @@ UMT5 = {
     "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
 }
 
+# LongLive 1.3B as its authors ship it (NVlabs/LongLive v1.0 README: `huggingface-cli download
+# Efficient-Large-Model/LongLive-1.3B --local-dir longlive_models`; configs/longlive_inference.yaml)
+LONGLIVE_BASE = {
+    "name": "longlive_base.pt",
+    "directory": "diffusion_models",
+    "url": f"{HF}/Efficient-Large-Model/LongLive-1.3B/resolve/main/models/longlive_base.pt",
+}
+LONGLIVE_LORA = {
+    "name": "lora.pt",
+    "directory": "loras",
+    "url": f"{HF}/Efficient-Large-Model/LongLive-1.3B/resolve/main/models/lora.pt",
+}
+
 # fp8 and compile are opt-in speed options (fp8 trades a little quality, compile a cold start): off in the examples
 BUNDLED_LOADER = {
     "model": "bundled",
@@ -173,6 +186,29 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
             (5, "InferixProfileReport", {}, {"video": (3, 2)}),
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
+    ),
+    "longlive_lora": (
+        "LongLive 1.3B: base weights + the authors' LoRA, 12-frame window with a 3-frame sink, prompt switches",
+        [
+            (1, "InferixLoadWorldModel", {**SF_LOADER, "model": LONGLIVE_BASE["name"]}, {}),
+            (
+                2,
+                "InferixLoadWorldModelLoRA",
+                {"lora_name": LONGLIVE_LORA["name"], "strength": 1.0},
+                {"world_model": (1, 0)},
+            ),
+            (3, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (2, 0)}),
+            (4, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
+            (7, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/longlive"}, {}),
+            (
+                5,
+                "InferixBlockDenoise",
+                {**DENOISE, "seconds": 30.0},
+                {"world_model": (2, 0), "kv_cache": (3, 0), "prompt_schedule": (4, 0), "stream": (7, 0)},
+            ),
+            (6, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/longlive"}, {"video": (5, 2)}),
+        ],
+        [LONGLIVE_BASE, LONGLIVE_LORA, WAN_VAE, UMT5],
     ),
     "lvbench_score": (
         "LV-Bench: generate a long video from an LV-Bench prompt set and score its quality drift",

@@ -16,6 +16,7 @@ import torch
 
 from ..attention.registry import _BACKENDS, attention_backends
 from ..models.registry import FAMILIES, load_world_model
+from .lora_option import add_lora_option
 from .memory_args import add_memory_arguments, memory_settings_from_args
 
 
@@ -39,6 +40,7 @@ def register(subparsers: Any) -> None:
         help="load with the transformer-block linears in fp8 e4m3 (the description then counts them)",
     )
     add_memory_arguments(p)
+    add_lora_option(p)
     p.set_defaults(func=run)
 
 
@@ -54,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             fp8=args.fp8,
             **memory_settings_from_args(args).load_kwargs(),
+            lora=args.lora,
         )
         print("\nmodel:")
         print(_indent(world_model.describe()))

@@ -25,6 +25,7 @@ from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
+from .lora_option import add_lora_option
 from .memory_args import add_memory_arguments, memory_settings_from_args
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ def register(subparsers: Any) -> None:
         "compiles first (a one-off wait)",
     )
     add_memory_arguments(p)
+    add_lora_option(p)  # with a workflow: its Load World Model LoRA nodes, then these
     p.set_defaults(func=run)
 
 
@@ -271,6 +273,7 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
         fp8=args.fp8,
         compile=args.compile,
         **memory_settings_from_args(args).load_kwargs(),
+        lora=args.lora,
     )
     width, height = bundled_size() if source == "bundled" else (None, None)
     return PlaySetup(world_model, width=width, height=height)
@@ -317,6 +320,7 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         attention=loader.get("attention", "sdpa"),
         fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
         **memory_settings_from_args(args).load_kwargs(),
+        lora=_workflow_loras(graph) + list(args.lora),
     )  # fmt: skip
     cache = None
     if (kv := nodes.get("InferixKVCacheConfig")) is not None:
@@ -349,6 +353,15 @@ def _node_inputs(graph: Any) -> dict[str, dict[str, Any]]:
             inputs = {k: v for k, v in node.get("inputs", {}).items() if not isinstance(v, list)}  # links are lists
             found.setdefault(node["class_type"], inputs)
     return found
+
+
+def _workflow_loras(graph: dict) -> list[tuple[str, float]]:
+    """(file, strength) of every InferixLoadWorldModelLoRA node in an API-format workflow."""
+    return [
+        (_resolve_model_file("loras", node["inputs"]["lora_name"]), float(node["inputs"].get("strength", 1.0)))
+        for node in graph.values()
+        if isinstance(node, dict) and node.get("class_type") == "InferixLoadWorldModelLoRA"
+    ]
 
 
 def _resolve_model_file(folder: str, name: str) -> str:

@@ -8,6 +8,7 @@ hint, or the bundled model's config) and defaults to Self-Forcing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ..errors import ConfigError, MissingFileError
 from ..scheduler import SamplingConfig
 from .block_swap import enable_block_swap
 from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
+from .lora import LoraArg, lora_label, merge_lora_files
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -59,6 +61,13 @@ FAMILIES: dict[str, Family] = {
         KVCacheConfig(),
     ),
 }
+
+
+# What a prompt switch does with the cached K/V, by family. "window": LongLive's KV re-cache (NVlabs/LongLive
+# v1.0 pipeline/interactive_causal_inference.py `_recache_after_switch`, global sink), in interactive sessions
+# and prompt schedules alike (`BlockDiffusionPipeline.recache_window`). Families not named: an interactive
+# session re-caches block by block ("blocks", inferix_core/session.py), a prompt schedule switches hard.
+RECACHE_STYLE_BY_FAMILY = {"longlive": "window"}
 
 
 def list_families() -> list[str]:
@@ -183,6 +192,7 @@ def load_world_model(
     fp8_weights: bool = False,
     text_encoder_placement: str = "device",
     gpu_memory: int | None = None,
+    lora: Sequence[LoraArg] | None = None,
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -213,11 +223,14 @@ def load_world_model(
     (`inferix_core.models.fp8`); the rest of the model stays in `dtype`. Off by default: it trades
     ~1–3 % relative error per layer for speed and half the block weights' memory, and it only runs
     fast on CUDA GPUs with compute capability ≥ 8.9 (elsewhere an emulation runs, with a warning).
+
+    lora=[(path, strength), ...] merges LoRA files into the transformer weights before fp8 and compile
+    (`inferix_core.models.lora`: peft, ComfyUI, kohya and diffusers formats; several stack).
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
-        bundled = _load_bundled(dev, dt, attention, fp8)
+        bundled = _load_bundled(dev, dt, attention, fp8, lora)
         if fp8_weights:
             quantize_linears_fp8(bundled.transformer, weight_only=True)
         if resident_blocks is not None:
@@ -232,7 +245,11 @@ def load_world_model(
         raise MissingFileError(f"model file '{path}' does not exist; put it in ComfyUI's models/diffusion_models")
     if fp8 and fp8_weights:
         raise ConfigError("fp8=True already stores the block weights in fp8; leave fp8_weights off with it")
-    state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads, keep_fp8=fp8_weights)
+    keep_fp8 = fp8_weights and not lora  # a LoRA merges into dequantized weights, which are then quantized again
+    if fp8_weights and lora:
+        log.info("fp8 weights with a LoRA: merging into the dequantized weights, then quantizing them at load")
+    state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads, keep_fp8=keep_fp8)
+    state = merge_lora_files(state, lora, device=dev)  # before fp8 and compile; no LoRA: the same tensors
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
     if gpu_memory is not None and resident_blocks is None:
@@ -261,7 +278,7 @@ def load_world_model(
         preview,
         text,
         fps=spec.fps,
-        source=f"{path} ({info.layout})",
+        source=f"{path} ({info.layout}){lora_label(lora)}",
     )
     return _maybe_compile(model, compile)
 
@@ -391,12 +408,16 @@ def _load_text_encoder(path: str, text_len: int, device, dtype, placement: str =
     return PromptCache(PlacedTextEncoder(encoder, placement, device))  # re-encoding an earlier prompt costs nothing
 
 
-def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldModel:
+def _load_bundled(
+    device, dtype, attention: str, fp8: bool = False, lora: Sequence[LoraArg] | None = None
+) -> WorldModel:
     """The toy driving-world model shipped in inferix_core/assets/bundled (its own tiny causal AE)."""
     from .bundled import load_bundled
 
     b = load_bundled(device=device)
     transformer = b.transformer.to(dtype).requires_grad_(False)
+    if lora:
+        transformer.load_state_dict(merge_lora_files(transformer.state_dict(), lora, device=device))
     set_attention_backend(transformer, attention)
     if fp8:
         quantize_linears_fp8(transformer)
@@ -411,6 +432,6 @@ def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldMode
         default_context=b.context.to(device, dtype),
         action_names=tuple(b.action_names),
         fps=int(b.config.get("fps", 16)),
-        source="bundled (inferix_core/assets/bundled)",
+        source=f"bundled (inferix_core/assets/bundled){lora_label(lora)}",
         default_size=(int(b.config["width"]), int(b.config["height"])),
     )

@@ -68,6 +68,9 @@ class GenerationRequest:
     actions: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None  # (B, F, A) or fn(start, n)
     prompt_schedule: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (block index, context)
     initial_latents: torch.Tensor | None = None  # clean frames to continue from (B, F0, C, H, W)
+    # at a prompt_schedule switch: False = hard switch (cached K/V kept), True = LongLive's KV re-cache
+    # (`BlockDiffusionPipeline.recache_window`) under the new prompt first
+    recache_on_switch: bool = False
 
 
 @dataclass
@@ -168,18 +171,32 @@ class BlockDiffusionPipeline:
         state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
         schedule = dict(request.prompt_schedule)
 
+        recache = request.recache_on_switch and bool(schedule)
+        history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # clean blocks still in the cache
+
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
         for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
             t0 = time.perf_counter()
             latents = request.initial_latents[:, a:b].to(self.device)
-            self.context_pass(state, latents, a, self._actions(request, a, b - a))
+            action = self._actions(request, a, b - a)
+            self.context_pass(state, latents, a, action)
             state.next_frame = b
+            if recache:
+                history = _keep_resident([*history, (a, latents, action)], state.cache)
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
         # 4. generated blocks
         for index in range(request.num_blocks):
             action = self._actions(request, state.next_frame, n)
-            yield self.denoise_block(state, action, hooks, context=schedule.get(index))
+            context = schedule.get(index)
+            if context is not None and recache and history:
+                self.set_prompt(state, context)
+                context = None
+                self.recache_window(state, history)
+            out = self.denoise_block(state, action, hooks, context=context)
+            if recache:
+                history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
+            yield out
 
     # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
     def start_stream(
@@ -223,6 +240,36 @@ class BlockDiffusionPipeline:
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""
         state.text = self.model.prepare_context(to_device_async(context, self.device))
+
+    def recache_window(self, state: StreamState, blocks: list[tuple[int, torch.Tensor, torch.Tensor | None]]) -> int:
+        """LongLive's KV re-cache under the prompt now in `state`; returns the first frame re-written.
+
+        NVlabs/LongLive v1.0 `_recache_after_switch` (pipeline/interactive_causal_inference.py, with their
+        `global_sink: true`): one context pass (t = context_noise) over the clean latents of the resident
+        frames after the sink, which attend to the sink's cached K/V and to each other with no causal mask
+        and overwrite their own K/V; the sink keeps its K/V. While nothing has been evicted the pass covers
+        every frame from 0, the sink included. `blocks` are (start frame, clean latents (B, n, C, H, W),
+        action (B, n, A) or None) covering at least the resident frames.
+        """
+        cache, end = state.cache, state.next_frame
+        resident = cache.resident_frames()
+        if not resident or not blocks:
+            return end
+        sink = getattr(cache, "sink_frames", 0)
+        first = 0 if resident == list(range(end)) else min(f for f in resident if f >= sink)
+        where = {start + i: (x, a, i) for start, x, a in blocks for i in range(x.shape[1])}
+        frames = list(range(first, end))
+        if not set(frames) <= set(resident) or not set(frames) <= set(where):
+            raise ConfigError(  # an invariant of the callers (they keep the resident blocks), not a user mistake
+                f"re-cache needs the clean frames {first}..{end - 1}, resident and given; the cache holds "
+                f"{resident}, the blocks cover {sorted(where)}"
+            )
+        latents = torch.cat([where[f][0][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
+        actions = None
+        if all(where[f][1] is not None for f in frames):
+            actions = torch.cat([where[f][1][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
+        self.context_pass(state, latents, first, actions)
+        return first
 
     def context_pass(
         self, state: StreamState, latents: torch.Tensor, start_frame: int, action: torch.Tensor | None = None
@@ -313,3 +360,9 @@ def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool
     ranges = [(0, 1)] if first else []
     ranges += [(a, a + block_frames) for a in range(first, num_initial, block_frames)]
     return ranges
+
+
+def _keep_resident(blocks: list, cache) -> list:
+    """The (start, latents, action) blocks that still have frames in the cache."""
+    resident = set(cache.resident_frames())
+    return [b for b in blocks if resident.intersection(range(b[0], b[0] + b[1].shape[1]))]

@@ -118,10 +118,27 @@ def _tiny_transformer(path: Path) -> None:
         )
 
 
+def _tiny_lora(path: Path) -> None:
+    """A small random LoRA for `_tiny_transformer`'s block linears, in LongLive's peft `lora.pt` layout."""
+    import torch
+
+    g = torch.Generator().manual_seed(8)
+    sizes = {"self_attn.q": (32, 32), "cross_attn.o": (32, 32), "ffn.0": (64, 32), "ffn.2": (32, 64)}
+    sd = {}
+    for block in range(2):
+        for module, (out_f, in_f) in sizes.items():
+            key = f"base_model.model.blocks.{block}.{module}"
+            sd[f"{key}.lora_A.weight"] = torch.randn(2, in_f, generator=g) * 0.05
+            sd[f"{key}.lora_B.weight"] = torch.randn(out_f, 2, generator=g) * 0.05
+    torch.save({"generator_lora": sd, "critic_lora": {}, "step": 0}, path)
+
+
 def _referenced_files(workflow: dict[str, Any]) -> list[tuple[str, str]]:
     """(models/ folder, file name) of every model file the workflow's loader nodes name."""
     found = []
     for node in workflow.values():
+        if node["class_type"] == "InferixLoadWorldModelLoRA":
+            found.append(("loras", node["inputs"]["lora_name"]))
         if node["class_type"] != "InferixLoadWorldModel":
             continue
         for name, folder in MODEL_FOLDERS.items():
@@ -148,6 +165,8 @@ def stand_ins(tmp_path_factory) -> dict[tuple[str, str], Path]:
                 shutil.copyfile(FIXTURES / "wan_vae_tiny.safetensors", target)
             elif folder == "text_encoders":
                 _tiny_umt5(target, tmp_path_factory.mktemp("spm"))
+            elif folder == "loras":
+                _tiny_lora(target)
             else:
                 pytest.fail(f"no stand-in for {folder}/{name}")
             made[(folder, name)] = target

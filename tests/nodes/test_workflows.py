@@ -9,7 +9,15 @@ import pytest
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 API_FILES = sorted(WORKFLOWS.glob("*_api.json"))
-USE_CASES = {"quickstart", "self_forcing_t2v", "long_video", "interactive", "low_vram", "lvbench_score"}
+USE_CASES = {
+    "quickstart",
+    "self_forcing_t2v",
+    "long_video",
+    "interactive",
+    "low_vram",
+    "lvbench_score",
+    "longlive_lora",
+}
 
 
 def graph(workflow: dict) -> dict:
@@ -51,7 +59,7 @@ def test_ui_files_carry_download_hints(api_file):
     for node in ui["nodes"]:
         for model in node.get("properties", {}).get("models", []):
             assert model["url"].startswith("https://") and model["url"].endswith(model["name"])
-            assert model["directory"] in {"diffusion_models", "vae", "text_encoders", "vae_approx"}
+            assert model["directory"] in {"diffusion_models", "vae", "text_encoders", "vae_approx", "loras"}
         names = [i["name"] for i in node["inputs"]]
         assert len(names) == len(set(names))
     for link_id, src, src_slot, dst, dst_slot, kind in ui["links"]:

@@ -160,7 +160,7 @@ _FOREIGN = (
     (
         "a LoRA (keys *lora_A/lora_B/lora_down/lora_up*)",
         re.compile(r"lora_(A|B|down|up)\b|\.lora\."),
-        "apply it with a LoRA loader on top of the base model",
+        "load the base model and add this file with the Load World Model LoRA node (models/loras) or --lora FILE",
     ),
     (
         "a Wan VAE (keys encoder.*, decoder.*)",
