@@ -41,13 +41,29 @@ class SamplingConfig:
     block_frames: int = 3  # latent frames per block
     context_noise: int = 0  # timestep of the clean context pass (no noise is added, as in the reference)
     independent_first_frame: bool = False  # a separate 1-frame first block (image-conditioned models)
+    # Causal-Forcing++ 1/2-step models denoise block 0 with their own longer list
+    # (`denoising_step_list_first_chunk` in thu-ml/Causal-Forcing pipeline/causal_inference.py); None = same list.
+    first_block_denoising_steps: tuple[int, ...] | None = None
+    # Krea Realtime's KV recompute (`kv_cache_num_frames`, krea-ai/realtime-video release_server.py
+    # `recompute_kv_cache`): 0 = off. K > 0: before each block the cache is rebuilt from clean latents alone,
+    # the first latent frame followed by the newest K − 1, at positions 0..L−1 (L = min(frames so far, K)),
+    # in block-causal chunks at t = 0; the block is then denoised at position L and gets no context pass.
+    kv_recompute_frames: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
-        if not self.denoising_steps:
+        if self.first_block_denoising_steps is not None:
+            object.__setattr__(
+                self, "first_block_denoising_steps", tuple(int(s) for s in self.first_block_denoising_steps)
+            )
+        if not self.denoising_steps or self.first_block_denoising_steps == ():
             raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
         if self.block_frames < 1:
             raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
+        if self.kv_recompute_frames < 0:
+            raise ConfigError(f"kv_recompute_frames must be >= 0 (0 = off), got {self.kv_recompute_frames}")
+        if self.kv_recompute_frames and self.independent_first_frame:
+            raise ConfigError("kv_recompute_frames and independent_first_frame cannot be combined")
 
 
 class SeededNoise:
@@ -114,6 +130,9 @@ class StreamState:
     batch_size: int = 1
     next_frame: int = 0  # absolute index of the next block's first latent frame
     next_block: int = 0  # index of the next generated block (the noise source counts these)
+    # kv_recompute_frames > 0 only: the first clean latent frame and the newest ones after it (B, n, C, H, W)
+    first_latent: Any = None
+    recent_latents: Any = None
 
 
 class PipelineHooks:
@@ -147,6 +166,11 @@ class BlockDiffusionPipeline:
         self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
         self.timesteps = self.scheduler.timesteps_for(sampling.denoising_steps, sampling.warp_denoising_steps)
         self.sigmas = [float(s) for s in self.scheduler.sigma_at(self.timesteps)]
+        first = sampling.first_block_denoising_steps
+        self.first_timesteps = (
+            self.timesteps if first is None else self.scheduler.timesteps_for(first, sampling.warp_denoising_steps)
+        )
+        self.first_sigmas = [float(s) for s in self.scheduler.sigma_at(self.first_timesteps)]
         self.kv_cache = None  # the last run's cache (for inspection and tests)
 
     @property
@@ -221,6 +245,8 @@ class BlockDiffusionPipeline:
             max_frames: the run's length when known (sizes a global cache; open-ended streams grow it).
         """
         cfg = self.model.config
+        if self.sampling.kv_recompute_frames:  # the cache never holds more than K context frames + one block
+            max_frames = self.sampling.kv_recompute_frames + self.sampling.block_frames
         spec = KVCacheSpec(
             num_layers=cfg.num_layers,
             num_heads=cfg.num_heads // head_shards(self.model),  # each rank caches its own heads
@@ -273,23 +299,66 @@ class BlockDiffusionPipeline:
         if context is not None:
             self.set_prompt(state, context)
         x = to_device_async(state.noise.initial(index * n, shape).float(), self.device)
-        for s, t in enumerate(self.timesteps.tolist()):
+        position = start  # where the block sits for RoPE and the cache
+        if self.sampling.kv_recompute_frames:
+            with hooks.stage("kv_recompute"):
+                position = self.recompute_cache(state)
+        timesteps, sigmas = (self.first_timesteps, self.first_sigmas) if index == 0 else (self.timesteps, self.sigmas)
+        for s, t in enumerate(timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
-                flow = self._call(state, x, t, start, n, action)
-                x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
+                flow = self._call(state, x, t, position, n, action)
+                x0 = self.scheduler.to_x0(flow.float(), x, sigmas[s])
             hooks.on_step(index, s, x0)
-            if s + 1 < len(self.sigmas):
+            if s + 1 < len(sigmas):
                 eps = to_device_async(state.noise.step(index, s + 1, shape), self.device)
-                x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
-        # context pass: rewrite this block's K/V from the clean x0
-        hooks.on_context_pass(index)
-        with hooks.stage("context_pass"):
-            self.context_pass(state, x0, start, action)
+                x = self.scheduler.add_noise(x0, eps, sigmas[s + 1])
+        if self.sampling.kv_recompute_frames:
+            self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
+        else:
+            # context pass: rewrite this block's K/V from the clean x0
+            hooks.on_context_pass(index)
+            with hooks.stage("context_pass"):
+                self.context_pass(state, x0, start, action)
         out = BlockOutput(index, start, x0, time.perf_counter() - t0)
         hooks.on_block_end(out)
         state.next_frame, state.next_block = start + n, index + 1
         return out
+
+    # -- Krea's KV recompute (SamplingConfig.kv_recompute_frames) -------------------------------------
+    def recompute_context(self, state: StreamState) -> torch.Tensor | None:
+        """The clean frames the cache is rebuilt from: the first latent frame, then the newest K − 1 after it."""
+        if state.first_latent is None:
+            return None
+        k = self.sampling.kv_recompute_frames
+        parts = [state.first_latent]
+        if k > 1 and state.recent_latents is not None:
+            parts.append(state.recent_latents[:, -(k - 1) :])
+        return torch.cat(parts, dim=1)
+
+    def recompute_cache(self, state: StreamState) -> int:
+        """Rebuild the cache from `recompute_context` at positions 0..L−1; returns L, the next block's position.
+
+        As krea-ai/realtime-video `recompute_kv_cache`: a fresh cache, one call over the context frames at
+        t = 0 under a block-causal mask that starts at context frame 0 — written here as consecutive
+        context passes of `block_frames` frames each (a pass attends to the passes before it and itself).
+        """
+        state.cache.reset()
+        context = self.recompute_context(state)
+        if context is None:
+            return 0
+        n = self.sampling.block_frames
+        for a in range(0, context.shape[1], n):
+            self._call(state, context[:, a : a + n], 0.0, a, context[:, a : a + n].shape[1], None)
+        return context.shape[1]
+
+    def _remember(self, state: StreamState, x0: torch.Tensor) -> None:
+        k = self.sampling.kv_recompute_frames
+        if state.first_latent is None:
+            state.first_latent, x0 = x0[:, :1], x0[:, 1:]
+        if k > 1:
+            recent = x0 if state.recent_latents is None else torch.cat([state.recent_latents, x0], dim=1)
+            state.recent_latents = recent[:, -(k - 1) :]
 
     def _call(
         self, state: StreamState, x: torch.Tensor, t: float, start: int, num_frames: int, action: torch.Tensor | None
