@@ -262,6 +262,8 @@ def load_world_model(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
+        if family not in (None, "auto", "bundled"):
+            log.warning("family=%s ignored: the bundled model is its own family", family)
         return _maybe_compile(_load_bundled(dev, dt, attention, fp8), compile)
     from .wan.checkpoint import load_wan_checkpoint
 
@@ -412,5 +414,6 @@ def _load_bundled(device, dtype, attention: str, fp8: bool = False) -> WorldMode
         action_names=tuple(b.action_names),
         fps=int(b.config.get("fps", 16)),
         source="bundled (inferix_core/assets/bundled)",
+        family_reason="the bundled toy model ships its own settings",
         default_size=(int(b.config["width"]), int(b.config["height"])),
     )

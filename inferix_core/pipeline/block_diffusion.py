@@ -171,6 +171,8 @@ class BlockDiffusionPipeline:
             self.timesteps if first is None else self.scheduler.timesteps_for(first, sampling.warp_denoising_steps)
         )
         self.first_sigmas = [float(s) for s in self.scheduler.sigma_at(self.first_timesteps)]
+        if sampling.kv_recompute_frames:
+            _note_kv_recompute_first_frame()
         self.kv_cache = None  # the last run's cache (for inspection and tests)
 
     @property
@@ -386,6 +388,20 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
+
+
+_NOTED: set[str] = set()
+
+
+def _note_kv_recompute_first_frame() -> None:
+    """Say once how our KV recompute differs from Krea's server default (docs/models.md, Krea Realtime 14B)."""
+    if "kv_recompute" not in _NOTED:
+        _NOTED.add("kv_recompute")
+        log.warning(
+            "KV recompute keeps the first latent frame as the window's first frame (Krea's keep_first_frame=True); "
+            "Krea's server default instead re-encodes it from decoded pixels once the window rolls, which needs "
+            "the VAE in the loop and is not implemented"
+        )
 
 
 def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:
