@@ -9,7 +9,13 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the engine with random weights (table + JSON)")
-    p.add_argument("--preset", default="wan-1.3b", choices=["wan-1.3b", "tiny"], help="model size and resolution")
+    p.add_argument(
+        "--preset",
+        default="wan-1.3b",
+        choices=["wan-1.3b", "14b", "tiny"],
+        help="model size and resolution (480x832); 14b = Wan 2.1 14B sampled as Krea Realtime 14B (5 steps, KV "
+        "recompute of 3 frames), needs an 80+ GiB GPU",
+    )
     p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default="cuda", help="cuda or cpu")
