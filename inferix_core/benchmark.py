@@ -29,6 +29,15 @@ PRESETS = {
     "wan-14b": dict(
         config=WanConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40), latent_height=60, latent_width=104
     ),
+    # Wan 2.1 T2V 14B at 480x832 sampled as Krea Realtime 14B (the released causal 14B; docs/models.md): 5 steps
+    # (the last at t = 0) per 3-frame block and the KV cache rebuilt from 3 clean frames before every block.
+    # bf16 weights alone are 28 GiB: an 80+ GiB GPU (H100/H200).
+    "14b": dict(
+        config=WanConfig(dim=5120, ffn_dim=13824, num_heads=40, num_layers=40),
+        latent_height=60,
+        latent_width=104,
+        sampling=dict(denoising_steps=(1000, 750, 500, 250, 0), kv_recompute_frames=3),
+    ),
     # CPU smoke test: a few seconds on 2 cores
     "tiny": dict(
         config=WanConfig(dim=64, ffn_dim=128, freq_dim=32, text_dim=32, text_len=16, num_heads=4, num_layers=2),
@@ -117,7 +126,9 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model, weight_only=True)
-    sampling = SamplingConfig(denoising_steps=cfg.steps, block_frames=cfg.block_frames)
+    sampling = SamplingConfig(
+        **{"denoising_steps": cfg.steps, "block_frames": cfg.block_frames, **preset.get("sampling", {})}
+    )
     cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     resident = planned_resident_blocks(cfg, cache) if cfg.resident_blocks is None else cfg.resident_blocks
     if resident is not None and resident < preset["config"].num_layers:
@@ -185,9 +196,9 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
                 from .vae import TAEHV, TAEHVConfig
 
                 small = TAEHVConfig(decoder_channels=(16, 16, 8, 8), encoder_channels=8)
-                vae = TAEHV(TAEHVConfig() if cfg.preset == "wan-1.3b" else small).to(dtype).eval()
+                vae = TAEHV(TAEHVConfig() if cfg.preset != "tiny" else small).to(dtype).eval()
             elif cfg.decoder == "wan":
-                vae = WanVAE(WanVAEConfig(dim=96 if cfg.preset == "wan-1.3b" else 4)).to(dtype).eval()
+                vae = WanVAE(WanVAEConfig(dim=96 if cfg.preset != "tiny" else 4)).to(dtype).eval()
                 if cfg.vae_fast:
                     from .vae.config import VAEDecodeOptions
 
@@ -244,7 +255,12 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     total_med = statistics.median(r["total_s"] for r in runs)
     per_block = [statistics.median(r["block_s"][i] for r in runs) for i in range(num_blocks)]
     return {
-        "config": {**asdict(cfg), "steps": list(cfg.steps), "preset_layers": preset["config"].num_layers},
+        "config": {
+            **asdict(cfg),
+            "steps": list(pipe.sampling.denoising_steps),
+            "kv_recompute_frames": pipe.sampling.kv_recompute_frames,
+            "preset_layers": preset["config"].num_layers,
+        },
         "gpu": torch.cuda.get_device_name() if cuda else "cpu",
         "torch": torch.__version__,
         "pixel_frames": pixel_frames,
@@ -270,6 +286,7 @@ def format_table(result: dict) -> str:
             f"{' + fp8 weight storage' if c.get('fp8_weights') else ''} / {c['attention']}",
         ),
         ("compiled blocks", c.get("compile", False)),
+        ("steps / KV recompute", f"{c.get('steps')} / {c.get('kv_recompute_frames') or 'off'}"),
         ("frames (pixel)", result["pixel_frames"]),
         (
             "vae stream decode",

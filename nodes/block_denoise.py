@@ -120,9 +120,10 @@ class InferixBlockDenoise(io.ComfyNode):
                 ),
                 io.String.Input(
                     "denoising_steps",
-                    default="1000,750,500,250",
+                    default="",
                     tooltip="Timesteps of the few-step schedule, noisiest first, comma-separated. "
-                    "Empty = the family default. Fewer steps are faster and blurrier.",
+                    "Empty (default) = the family's own list (Self-Forcing 1000,750,500,250; CausVid 1000,757,522; "
+                    "Krea 5 steps). Fewer steps are faster and blurrier.",
                 ),
                 io.Int.Input(
                     "seed",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from inferix_core.attention.registry import attention_backends
+from inferix_core.models.registry import FAMILIES, WEIGHTS_CHOICES
 
 from . import comfy_runtime as rt
 from . import types
@@ -19,6 +20,7 @@ log = logging.getLogger(__name__)
 DTYPES = ["auto", "fp32", "bf16", "fp16"]
 DEVICES = ["auto", "cpu", "cuda"]
 NONE = "none"
+FAMILY_CHOICES = ["auto"] + [name for name in FAMILIES if name != "bundled"]
 # input name -> (ComfyUI model folder, first choices)
 FILE_INPUTS = {
     "model": ("diffusion_models", [rt.BUNDLED]),
@@ -50,8 +52,9 @@ class InferixLoadWorldModel(io.ComfyNode):
             node_id="InferixLoadWorldModel",
             display_name="Inferix Load World Model",
             category=f"{types.CATEGORY}/loaders",
-            description="Loads a block-diffusion world model (Self-Forcing, CausVid, LongLive causal Wan 2.1, or the "
-            "small bundled model). The family and its config are read from the weights.",
+            description="Loads a block-diffusion world model (Self-Forcing, CausVid, LongLive, Causal-Forcing, Krea "
+            "Realtime 14B causal Wan 2.1, or the small bundled model). The config is read from the weights; the "
+            "family from the file's content (or the family input), with the reason shown.",
             inputs=[
                 io.Combo.Input(
                     "model",
@@ -121,6 +124,24 @@ class InferixLoadWorldModel(io.ComfyNode):
                     "faster diffusion on an H200). The first block of the first run compiles "
                     "first (a one-off wait); later runs reuse it.",
                 ),
+                io.Combo.Input(
+                    "family",
+                    options=FAMILY_CHOICES,
+                    default="auto",
+                    optional=True,
+                    tooltip="Which model family's sampling settings to use. 'auto' reads it from the file "
+                    "(14B dims, metadata, a config or LoRA beside it, training-checkpoint keys, then the "
+                    "name) and says why in the node's text; set it when the text says there was no evidence.",
+                ),
+                io.Combo.Input(
+                    "weights",
+                    options=list(WEIGHTS_CHOICES),
+                    default="auto",
+                    optional=True,
+                    tooltip="For training checkpoints holding both: 'ema' = generator_ema, 'generator' = the raw "
+                    "generator. 'auto' takes what the family's authors run (LongLive, CausVid: generator; "
+                    "Self-Forcing, Causal-Forcing frame-wise: generator_ema).",
+                ),
                 types.MemorySettings.Input(
                     "memory",
                     optional=True,
@@ -171,6 +192,8 @@ class InferixLoadWorldModel(io.ComfyNode):
         device: str,
         fp8: bool = False,
         compile: bool = False,
+        family: str = "auto",
+        weights: str = "auto",
         memory=None,
     ) -> io.NodeOutput:
         # fp8/compile default here too: ComfyUI passes no value for an optional input a workflow lacks.
@@ -188,6 +211,8 @@ class InferixLoadWorldModel(io.ComfyNode):
             fp8=bool(fp8),
             compile=bool(compile),
             **(memory.load_kwargs() if memory is not None else {}),
+            family=family or "auto",
+            weights=weights or "auto",
         )
         summary = world_model.describe()
         log.info("loaded world model: %s", summary.replace("\n", "; "))

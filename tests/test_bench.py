@@ -58,3 +58,18 @@ def test_planned_resident_blocks_fit_the_card():
     assert 0 < resident < 40
     assert bench_memory_plan(cfg, cache, resident).total_bytes <= 24 * 2**30
     assert bench_memory_plan(cfg, cache, resident + 1).total_bytes > 24 * 2**30
+
+
+def test_bench_14b_preset_is_wan_14b_sampled_as_krea():
+    """The 14b preset builds (on the meta device: no memory) with Wan 2.1 14B dims and Krea's sampling."""
+    from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
+    from inferix_core.models.registry import get_family
+
+    cfg = PRESETS["14b"]["config"]
+    assert (cfg.dim, cfg.num_heads, cfg.num_layers, cfg.ffn_dim) == (5120, 40, 40, 13824)
+    assert 13.5e9 < cfg.num_parameters() < 14.5e9
+    pipe, context = build_engine(BenchConfig(preset="14b", device="meta"))
+    krea = get_family("krea").sampling
+    assert pipe.sampling.denoising_steps == krea.denoising_steps
+    assert pipe.sampling.kv_recompute_frames == krea.kv_recompute_frames == 3
+    assert context.shape == (1, 512, 4096) and pipe.model.config == cfg

@@ -47,6 +47,11 @@ LONGLIVE_LORA = {
     "directory": "loras",
     "url": f"{HF}/Efficient-Large-Model/LongLive-1.3B/resolve/main/models/lora.pt",
 }
+CAUSAL_FORCING_FRAMEWISE = {
+    "name": "causal_forcing.pt",  # framewise/ and chunkwise/ share this name: the loader's family input says which
+    "directory": "diffusion_models",
+    "url": f"{HF}/zhuhz22/Causal-Forcing/resolve/main/framewise/causal_forcing.pt",
+}
 
 # fp8 and compile are opt-in speed options (fp8 trades a little quality, compile a cold start): off in the examples
 BUNDLED_LOADER = {
@@ -59,6 +64,8 @@ BUNDLED_LOADER = {
     "device": "auto",
     "fp8": False,
     "compile": False,
+    "family": "auto",  # read from the file (the node's text says why)
+    "weights": "auto",  # training checkpoints: what the family's authors load (generator_ema or generator)
 }
 SF_LOADER = {**BUNDLED_LOADER, "model": SELF_FORCING["name"], "vae": WAN_VAE["name"], "text_encoder": UMT5["name"]}
 DENOISE = {
@@ -209,6 +216,30 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
             (6, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/longlive"}, {"video": (5, 2)}),
         ],
         [LONGLIVE_BASE, LONGLIVE_LORA, WAN_VAE, UMT5],
+    ),
+    "causal_forcing_t2v": (
+        "Causal-Forcing frame-wise text-to-video (Wan 2.1 1.3B, 1 latent frame per block, 4 steps, EMA weights)",
+        [
+            (
+                1,
+                "InferixLoadWorldModel",
+                {**SF_LOADER, "model": CAUSAL_FORCING_FRAMEWISE["name"], "family": "causal_forcing_framewise"},
+                {},
+            ),
+            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/causal_forcing"}, {}),
+            (
+                2,
+                "InferixBlockDenoise",
+                {
+                    **DENOISE,
+                    "num_blocks": 21,
+                    "denoising_steps": "",
+                },  # 21 one-frame blocks = 81 frames; steps: the family's
+                {"world_model": (1, 0), "stream": (5, 0)},
+            ),
+            (3, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/causal_forcing"}, {"video": (2, 2)}),
+        ],
+        [CAUSAL_FORCING_FRAMEWISE, WAN_VAE, UMT5],
     ),
     "lvbench_score": (
         "LV-Bench: generate a long video from an LV-Bench prompt set and score its quality drift",

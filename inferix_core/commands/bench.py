@@ -10,7 +10,12 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the engine with random weights (table + JSON)")
     p.add_argument(
-        "--preset", default="wan-1.3b", choices=["wan-1.3b", "wan-14b", "tiny"], help="model size and resolution"
+        "--preset",
+        default="wan-1.3b",
+        choices=["wan-1.3b", "wan-14b", "14b", "tiny"],
+        help="model size and resolution (480x832); wan-14b = the Wan 2.1 14B shape with this protocol's sampling; "
+        "14b = the same shape sampled as Krea Realtime 14B (5 steps, KV recompute of 3 frames); both need an "
+        "80+ GiB GPU unless --gpu-memory plans block swap",
     )
     p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])

@@ -29,7 +29,17 @@ def register(subparsers: Any) -> None:
         "path): also load it and describe it.",
     )
     p.add_argument("model", nargs="?", default=None, help="'bundled' or a transformer checkpoint")
-    p.add_argument("--family", default=None, help="model family (default: from the file name, else self_forcing)")
+    p.add_argument(
+        "--family",
+        default="auto",
+        help="model family; auto (default) reads it from the file's content, then its name, and prints why",
+    )
+    p.add_argument(
+        "--weights",
+        default="auto",
+        choices=["auto", "ema", "generator"],
+        help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
+    )
     p.add_argument("--vae", default=None, help="VAE file to load beside the checkpoint")
     p.add_argument("--text-encoder", default=None, help="umT5 file to load beside the checkpoint")
     p.add_argument("--device", default="cpu", help="where to load the model (cpu by default: info only reads)")
@@ -50,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         world_model = load_world_model(
             args.model,
             family=args.family,
+            weights=args.weights,
             vae_path=args.vae,
             text_encoder_path=args.text_encoder,
             device=args.device,

@@ -99,7 +99,17 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="an action lasts one block, then the model's idle action (default: held until the next key)",
     )
-    p.add_argument("--family", default=None, help="model family for a checkpoint (see `inferix info`)")
+    p.add_argument(
+        "--family",
+        default="auto",
+        help="model family for a checkpoint (see `inferix info`); auto = read from the file, with the reason printed",
+    )
+    p.add_argument(
+        "--weights",
+        default="auto",
+        choices=["auto", "ema", "generator"],
+        help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
+    )
     p.add_argument("--vae", default=None, help="VAE file for a checkpoint")
     p.add_argument("--text-encoder", default=None, help="umT5 file for a checkpoint")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -266,6 +276,7 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
     world_model = load_world_model(
         source,
         family=args.family,
+        weights=args.weights,
         vae_path=args.vae,
         text_encoder_path=args.text_encoder,
         dtype=args.dtype,
@@ -321,6 +332,8 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
         **memory_settings_from_args(args).load_kwargs(),
         lora=_workflow_loras(graph) + list(args.lora),
+        family=args.family if args.family != "auto" else loader.get("family", "auto"),
+        weights=args.weights if args.weights != "auto" else loader.get("weights", "auto"),
     )  # fmt: skip
     cache = None
     if (kv := nodes.get("InferixKVCacheConfig")) is not None:

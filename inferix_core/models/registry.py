@@ -1,8 +1,10 @@
 """Model families: which checkpoint runs with which sampling defaults, in one table.
 
 Causal Wan families share one architecture and differ in how they sample (steps, warping, shift,
-window, sink). Weights cannot tell them apart, so the family is picked by name (argument, file-name
-hint, or the bundled model's config) and defaults to Self-Forcing.
+window, sink, KV recompute) and in which weights of a training checkpoint their authors run. The
+family is the caller's `family`, else what `family_detect.detect_family` reads from the file's content
+(then its name); the choice and its reason travel with the WorldModel (`describe()`). Every family's
+settings and where they come from (repo, commit, file) are in docs/models.md.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
 from ..scheduler import SamplingConfig
 from .block_swap import enable_block_swap
+from .family_detect import FamilyChoice, FileFacts, detect_family
 from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
 from .lora import LoraArg, lora_label, merge_lora_files
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
 log = logging.getLogger(__name__)
+
+WEIGHTS_CHOICES = ("auto", "ema", "generator")
+_CONTAINER = {"ema": "generator_ema", "generator": "generator"}
 
 
 @dataclass(frozen=True)
@@ -33,26 +39,83 @@ class Family:
     sampling: SamplingConfig
     cache: KVCacheConfig
     fps: int = 16
+    # which dict of a training checkpoint the authors' inference loads (weights="auto"): "ema" or "generator"
+    weights: str = "ema"
+    reference: str = ""  # repo@commit file(s) the settings come from (docs/models.md has the details)
 
+
+_SF_STEPS = (1000, 750, 500, 250)
 
 FAMILIES: dict[str, Family] = {
     "self_forcing": Family(
         "self_forcing",
         "Self-Forcing (Wan 2.1 T2V 1.3B, 4 steps per 3-frame block, global attention)",
-        SamplingConfig((1000, 750, 500, 250), warp_denoising_steps=True, shift=5.0, block_frames=3),
+        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
         KVCacheConfig(),
+        weights="ema",
+        reference="guandeh17/Self-Forcing@33593df configs/self_forcing_dmd.yaml, README (--use_ema)",
     ),
     "longlive": Family(
         "longlive",
         "LongLive (Self-Forcing lineage tuned for long streams: 12-frame window with a 3-frame sink)",
-        SamplingConfig((1000, 750, 500, 250), warp_denoising_steps=True, shift=5.0, block_frames=3),
+        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
         KVCacheConfig(window_frames=12, sink_frames=3),
+        weights="generator",
+        reference="NVlabs/LongLive@e52d9ef (v1.0) configs/longlive_inference.yaml (use_ema: false)",
     ),
     "causvid": Family(
         "causvid",
-        "CausVid (3-step DMD causal Wan; step list from the authors' DMD config, not warped)",
-        SamplingConfig((1000, 757, 522), warp_denoising_steps=False, shift=5.0, block_frames=3),
+        "CausVid (3-step DMD causal Wan, shift 8; step list from the authors' DMD config, not warped)",
+        SamplingConfig((1000, 757, 522), warp_denoising_steps=False, shift=8.0, block_frames=3),
         KVCacheConfig(),
+        weights="generator",
+        reference="tianweiy/CausVid@ca21150 configs/wan_causal_dmd.yaml, causvid/models/wan/wan_wrapper.py",
+    ),
+    "causal_forcing_chunkwise": Family(
+        "causal_forcing_chunkwise",
+        "Causal-Forcing chunk-wise (4 steps per 3-frame block, global attention)",
+        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
+        KVCacheConfig(),
+        weights="generator",  # README: the chunk-wise command has no --use_ema
+        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_chunkwise.yaml, README",
+    ),
+    "causal_forcing_framewise": Family(
+        "causal_forcing_framewise",
+        "Causal-Forcing frame-wise (4 steps per 1-frame block, global attention)",
+        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=1),
+        KVCacheConfig(),
+        weights="ema",  # README: --use_ema
+        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_framewise.yaml, README",
+    ),
+    "causal_forcing_framewise_2step": Family(
+        "causal_forcing_framewise_2step",
+        "Causal-Forcing++ frame-wise 2-step (block 0 with 4 steps, then 2 steps per 1-frame block)",
+        SamplingConfig(
+            (1000, 500), warp_denoising_steps=True, shift=5.0, block_frames=1, first_block_denoising_steps=_SF_STEPS
+        ),
+        KVCacheConfig(),
+        weights="ema",
+        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_framewise_2step.yaml, README",
+    ),
+    "causal_forcing_framewise_1step": Family(
+        "causal_forcing_framewise_1step",
+        "Causal-Forcing++ frame-wise 1-step (block 0 with 4 steps, then 1 step per 1-frame block)",
+        SamplingConfig(
+            (1000,), warp_denoising_steps=True, shift=5.0, block_frames=1, first_block_denoising_steps=_SF_STEPS
+        ),
+        KVCacheConfig(),
+        weights="ema",
+        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_framewise_1step.yaml, README",
+    ),
+    "krea": Family(
+        "krea",
+        "Krea Realtime 14B (Wan 2.1 14B Self-Forcing distill; 5 steps, KV cache rebuilt from 3 clean frames per block)",
+        SamplingConfig(
+            (1000, 750, 500, 250, 0), warp_denoising_steps=True, shift=5.0, block_frames=3, kv_recompute_frames=3
+        ),
+        KVCacheConfig(),
+        weights="generator",  # a flat safetensors file: there is only one set of weights
+        reference="krea-ai/realtime-video@acf4b7b release_server.py (GenerateParams, recompute_kv_cache), v2v.py",
     ),
     "bundled": Family(
         "bundled",
@@ -97,6 +160,7 @@ class WorldModel:
     fps: int = 16
     source: str = ""
     default_size: tuple[int, int] | None = None  # (width, height) the model was trained at, if it has one
+    family_reason: str = ""  # why this family (the argument, or the evidence found in the file)
 
     @property
     def device(self) -> torch.device:
@@ -118,11 +182,22 @@ class WorldModel:
         c = self.config
         lines = [
             f"family: {self.family} ({get_family(self.family).description})",
+            *([f"family chosen because: {self.family_reason}"] if self.family_reason else []),
             f"source: {self.source}",
             f"transformer: {c.num_layers} layers, dim {c.dim}, {c.num_heads} heads × {c.head_dim}, ffn {c.ffn_dim}, "
             f"{c.num_parameters() / 1e6:.1f}M params, {self.dtype} on {self.device}",
             f"sampling: steps {list(self.sampling.denoising_steps)} (warped={self.sampling.warp_denoising_steps}), "
-            f"shift {self.sampling.shift}, {self.sampling.block_frames} latent frames per block",
+            f"shift {self.sampling.shift}, {self.sampling.block_frames} latent frames per block"
+            + (
+                f", first block steps {list(self.sampling.first_block_denoising_steps)}"
+                if self.sampling.first_block_denoising_steps
+                else ""
+            )
+            + (
+                f", KV recompute from {self.sampling.kv_recompute_frames} clean frames per block"
+                if self.sampling.kv_recompute_frames
+                else ""
+            ),
             f"cache default: window {self.default_cache.window_frames}, sink {self.default_cache.sink_frames}",
             f"vae: {'yes' if self.vae is not None else 'none'}; text encoder: "
             f"{'yes' if self.text_encoder is not None else 'none (fixed context)' if self.default_context is not None else 'none'}",
@@ -178,7 +253,8 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
 def load_world_model(
     path: str = "bundled",
     *,
-    family: str | None = None,
+    family: str | None = "auto",
+    weights: str = "auto",
     vae_path: str | None = None,
     preview_decoder_path: str | None = None,
     text_encoder_path: str | None = None,
@@ -200,6 +276,10 @@ def load_world_model(
     elementwise work fuses (diffusion 1.24× the reference's speed instead of 0.95× on an H200, see
     docs/performance.md) at the cost of a one-off compilation on the first block (not timed separately on the GPU);
     a Wan VAE on CUDA then also decodes with its compiled options (1.61× instead of 1.28×).
+
+    family="auto" (or None) reads the family from the file (`family_detect`); the choice and its reason are
+    in `WorldModel.family_reason` and `describe()`. weights="auto" loads the dict of a training checkpoint
+    that the family's authors load (`Family.weights`); "ema"/"generator" force `generator_ema`/`generator`.
 
     fp8_weights=True keeps the block linears' weights in e4m3 (half the memory of bf16) and dequantizes
     each per call (`FP8WeightLinear`): an fp8-scaled file keeps its stored values and scales, so the
@@ -230,6 +310,8 @@ def load_world_model(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
+        if family not in (None, "auto", "bundled"):
+            log.warning("family=%s ignored: the bundled model is its own family", family)
         bundled = _load_bundled(dev, dt, attention, fp8, lora)
         if fp8_weights:
             quantize_linears_fp8(bundled.transformer, weight_only=True)
@@ -243,15 +325,21 @@ def load_world_model(
 
     if not Path(path).exists():
         raise MissingFileError(f"model file '{path}' does not exist; put it in ComfyUI's models/diffusion_models")
+    if weights not in WEIGHTS_CHOICES:
+        raise ConfigError(f"unknown weights '{weights}'; expected one of {', '.join(WEIGHTS_CHOICES)}")
     if fp8 and fp8_weights:
         raise ConfigError("fp8=True already stores the block weights in fp8; leave fp8_weights off with it")
+    choice = resolve_family(path, family, num_heads=num_heads)
+    spec = get_family(choice.family)
+    container = _container_for(path, weights, spec)
     keep_fp8 = fp8_weights and not lora  # a LoRA merges into dequantized weights, which are then quantized again
     if fp8_weights and lora:
         log.info("fp8 weights with a LoRA: merging into the dequantized weights, then quantizing them at load")
-    state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads, keep_fp8=keep_fp8)
+    state, config, info = load_wan_checkpoint(
+        path, dtype=dt, device="cpu", num_heads=num_heads, container=container, keep_fp8=keep_fp8
+    )
+    log.info("%s: family %s (%s)", Path(path).name, choice.family, choice.reason)
     state = merge_lora_files(state, lora, device=dev)  # before fp8 and compile; no LoRA: the same tensors
-    fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
-    spec = get_family(fam)
     if gpu_memory is not None and resident_blocks is None:
         resident_blocks = _planned_resident_blocks(
             config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement
@@ -269,7 +357,7 @@ def load_world_model(
         else None
     )
     model = WorldModel(
-        fam,
+        choice.family,
         config,
         spec.sampling,
         spec.cache,
@@ -278,9 +366,43 @@ def load_world_model(
         preview,
         text,
         fps=spec.fps,
-        source=f"{path} ({info.layout}){lora_label(lora)}",
+        source=f"{path} ({info.layout}"
+        + (f", '{info.container_key}' weights" if info.container_key else "")
+        + f"){lora_label(lora)}",
+        family_reason=choice.reason,
     )
     return _maybe_compile(model, compile)
+
+
+def resolve_family(path: str, family: str | None = "auto", *, num_heads: int | None = None) -> FamilyChoice:
+    """The family to run `path` with, and why: the caller's choice, else the file's evidence (family_detect)."""
+    if family not in (None, "auto"):
+        get_family(family)  # unknown names raise, listing the known ones
+        return FamilyChoice(family, f"family={family} was given", "argument")
+    from .wan.checkpoint import inspect_wan_checkpoint
+
+    config, info = inspect_wan_checkpoint(path, num_heads=num_heads)
+    facts = FileFacts(Path(path), config, frozenset(info.canonical_shapes), info.top_level_keys, info.metadata)
+    return detect_family(facts, FAMILIES)
+
+
+def _container_for(path: str, weights: str, spec: Family) -> str | None:
+    """Which dict of a training checkpoint to load: the asked one, else the family's, if the file has it."""
+    if weights != "auto":
+        return _CONTAINER[weights]
+    from .wan.sources import open_tensor_source
+
+    wanted = _CONTAINER.get(spec.weights)
+    top = getattr(open_tensor_source(Path(path), ()), "top_level_keys", ())
+    if wanted in top:
+        return wanted
+    if top and ({"generator", "generator_ema"} & set(top)):
+        other = next(k for k in ("generator_ema", "generator") if k in top)
+        log.warning(
+            "'%s' has no '%s' (the %s authors' choice); loading '%s'", Path(path).name, wanted, spec.name, other
+        )
+        return other
+    return None
 
 
 def _maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
@@ -433,5 +555,6 @@ def _load_bundled(
         action_names=tuple(b.action_names),
         fps=int(b.config.get("fps", 16)),
         source=f"bundled (inferix_core/assets/bundled){lora_label(lora)}",
+        family_reason="the bundled toy model ships its own settings",
         default_size=(int(b.config["width"]), int(b.config["height"])),
     )

@@ -98,6 +98,9 @@ class StreamState:
     batch_size: int = 1
     next_frame: int = 0  # absolute index of the next block's first latent frame
     next_block: int = 0  # index of the next generated block (the noise source counts these)
+    # kv_recompute_frames > 0 only: the first clean latent frame and the newest ones after it (B, n, C, H, W)
+    first_latent: Any = None
+    recent_latents: Any = None
 
 
 class PipelineHooks:
@@ -130,6 +133,16 @@ class BlockDiffusionPipeline:
         self.cache_config.check_block(sampling.block_frames)
         self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
         self.timesteps = self.scheduler.set_timesteps(sampling.denoising_steps, sampling.warp_denoising_steps)
+        self.sigmas = list(self.scheduler.step_sigmas)
+        first = sampling.first_block_denoising_steps
+        self.first_scheduler = self.scheduler
+        if first is not None:  # block 0 walks its own list (Causal-Forcing++): a second scheduler holds it
+            self.first_scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
+            self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
+        self.first_timesteps = self.first_scheduler.step_timesteps
+        self.first_sigmas = list(self.first_scheduler.step_sigmas)
+        if sampling.kv_recompute_frames:
+            _note_kv_recompute_first_frame()
         self.kv_cache = None  # the last run's cache (for inspection and tests)
 
     @property
@@ -218,6 +231,8 @@ class BlockDiffusionPipeline:
             max_frames: the run's length when known (sizes a global cache; open-ended streams grow it).
         """
         cfg = self.model.config
+        if self.sampling.kv_recompute_frames:  # the cache never holds more than K context frames + one block
+            max_frames = self.sampling.kv_recompute_frames + self.sampling.block_frames
         spec = KVCacheSpec(
             num_layers=cfg.num_layers,
             num_heads=cfg.num_heads // head_shards(self.model),  # each rank caches its own heads
@@ -304,21 +319,64 @@ class BlockDiffusionPipeline:
         def renoise(step: int) -> torch.Tensor:
             return to_device_async(state.noise.step(index, step, shape), self.device)
 
-        for s, t in enumerate(self.timesteps.tolist()):
+        position = start  # where the block sits for RoPE and the cache
+        if self.sampling.kv_recompute_frames:
+            with hooks.stage("kv_recompute"):
+                position = self.recompute_cache(state)
+        scheduler = self.first_scheduler if index == 0 else self.scheduler
+        for s, t in enumerate(scheduler.step_timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
-                flow = self._call(state, x, t, start, n, action)
-                out = self.scheduler.step(flow.float(), s, x, renoise)
+                flow = self._call(state, x, t, position, n, action)
+                out = scheduler.step(flow.float(), s, x, renoise)
             x0, x = out.x0, out.prev_sample
             hooks.on_step(index, s, x0)
-        # context pass: rewrite this block's K/V from the clean x0
-        hooks.on_context_pass(index)
-        with hooks.stage("context_pass"):
-            self.context_pass(state, x0, start, action)
+        if self.sampling.kv_recompute_frames:
+            self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
+        else:
+            # context pass: rewrite this block's K/V from the clean x0
+            hooks.on_context_pass(index)
+            with hooks.stage("context_pass"):
+                self.context_pass(state, x0, start, action)
         out = BlockOutput(index, start, x0, time.perf_counter() - t0)
         hooks.on_block_end(out)
         state.next_frame, state.next_block = start + n, index + 1
         return out
+
+    # -- Krea's KV recompute (SamplingConfig.kv_recompute_frames) -------------------------------------
+    def recompute_context(self, state: StreamState) -> torch.Tensor | None:
+        """The clean frames the cache is rebuilt from: the first latent frame, then the newest K − 1 after it."""
+        if state.first_latent is None:
+            return None
+        k = self.sampling.kv_recompute_frames
+        parts = [state.first_latent]
+        if k > 1 and state.recent_latents is not None:
+            parts.append(state.recent_latents[:, -(k - 1) :])
+        return torch.cat(parts, dim=1)
+
+    def recompute_cache(self, state: StreamState) -> int:
+        """Rebuild the cache from `recompute_context` at positions 0..L−1; returns L, the next block's position.
+
+        As krea-ai/realtime-video `recompute_kv_cache`: a fresh cache, one call over the context frames at
+        t = 0 under a block-causal mask that starts at context frame 0 — written here as consecutive
+        context passes of `block_frames` frames each (a pass attends to the passes before it and itself).
+        """
+        state.cache.reset()
+        context = self.recompute_context(state)
+        if context is None:
+            return 0
+        n = self.sampling.block_frames
+        for a in range(0, context.shape[1], n):
+            self._call(state, context[:, a : a + n], 0.0, a, context[:, a : a + n].shape[1], None)
+        return context.shape[1]
+
+    def _remember(self, state: StreamState, x0: torch.Tensor) -> None:
+        k = self.sampling.kv_recompute_frames
+        if state.first_latent is None:
+            state.first_latent, x0 = x0[:, :1], x0[:, 1:]
+        if k > 1:
+            recent = x0 if state.recent_latents is None else torch.cat([state.recent_latents, x0], dim=1)
+            state.recent_latents = recent[:, -(k - 1) :]
 
     def _call(
         self, state: StreamState, x: torch.Tensor, t: float, start: int, num_frames: int, action: torch.Tensor | None
@@ -346,6 +404,20 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
+
+
+_NOTED: set[str] = set()
+
+
+def _note_kv_recompute_first_frame() -> None:
+    """Say once how our KV recompute differs from Krea's server default (docs/models.md, Krea Realtime 14B)."""
+    if "kv_recompute" not in _NOTED:
+        _NOTED.add("kv_recompute")
+        log.warning(
+            "KV recompute keeps the first latent frame as the window's first frame (Krea's keep_first_frame=True); "
+            "Krea's server default instead re-encodes it from decoded pixels once the window rolls, which needs "
+            "the VAE in the loop and is not implemented"
+        )
 
 
 def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:

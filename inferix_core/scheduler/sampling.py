@@ -23,10 +23,26 @@ class SamplingConfig:
     block_frames: int = 3  # latent frames per block
     context_noise: int = 0  # timestep of the clean context pass (no noise is added, as in the reference)
     independent_first_frame: bool = False  # a separate 1-frame first block (image-conditioned models)
+    # Causal-Forcing++ 1/2-step models denoise block 0 with their own longer list
+    # (`denoising_step_list_first_chunk` in thu-ml/Causal-Forcing pipeline/causal_inference.py); None = same list.
+    first_block_denoising_steps: tuple[int, ...] | None = None
+    # Krea Realtime's KV recompute (`kv_cache_num_frames`, krea-ai/realtime-video release_server.py
+    # `recompute_kv_cache`): 0 = off. K > 0: before each block the cache is rebuilt from clean latents alone,
+    # the first latent frame followed by the newest K − 1, at positions 0..L−1 (L = min(frames so far, K)),
+    # in block-causal chunks at t = 0; the block is then denoised at position L and gets no context pass.
+    kv_recompute_frames: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
-        if not self.denoising_steps:
+        if self.first_block_denoising_steps is not None:
+            object.__setattr__(
+                self, "first_block_denoising_steps", tuple(int(s) for s in self.first_block_denoising_steps)
+            )
+        if not self.denoising_steps or self.first_block_denoising_steps == ():
             raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
         if self.block_frames < 1:
             raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
+        if self.kv_recompute_frames < 0:
+            raise ConfigError(f"kv_recompute_frames must be >= 0 (0 = off), got {self.kv_recompute_frames}")
+        if self.kv_recompute_frames and self.independent_first_frame:
+            raise ConfigError("kv_recompute_frames and independent_first_frame cannot be combined")

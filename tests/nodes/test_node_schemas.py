@@ -87,9 +87,22 @@ def test_load_world_model_speed_options_are_optional_and_last(node_classes):
         assert kind == "BOOLEAN" and options["default"] is False and options["tooltip"]
     assert "FP8" in optional["fp8"][1]["tooltip"] and "torch.compile" in optional["compile"][1]["tooltip"]
     widgets = [s.name for s in NodeSchema.from_class("InferixLoadWorldModel", cls).widget_inputs]
-    assert widgets[-2:] == ["fp8", "compile"] and len(widgets) == 9
+    assert widgets[7:] == ["fp8", "compile", "family", "weights"] and len(widgets) == 11
     assert inspect.signature(cls.execute).parameters["fp8"].default is False
     assert inspect.signature(cls.execute).parameters["compile"].default is False
+
+
+def test_load_world_model_family_and_weights_are_optional_and_last(node_classes):
+    """family/weights (issue #15) come after fp8/compile, default 'auto': older workflows load unchanged."""
+    cls = node_classes["InferixLoadWorldModel"]
+    optional = cls.INPUT_TYPES()["optional"]
+    families, options = optional["family"]
+    assert families[0] == "auto" and options["default"] == "auto" and "causvid" in families and "krea" in families
+    assert "bundled" not in families
+    weights, options = optional["weights"]
+    assert list(weights) == ["auto", "ema", "generator"] and options["default"] == "auto"
+    assert inspect.signature(cls.execute).parameters["family"].default == "auto"
+    assert inspect.signature(cls.execute).parameters["weights"].default == "auto"
 
 
 def test_shim_rejects_unknown_widget_options():

@@ -17,6 +17,7 @@ USE_CASES = {
     "low_vram",
     "lvbench_score",
     "longlive_lora",
+    "causal_forcing_t2v",
 }
 
 

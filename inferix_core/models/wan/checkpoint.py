@@ -31,7 +31,7 @@ from .layouts import (
     to_canonical,
 )
 from .shapes import WAN_HEAD_DIM, check_wan_shapes, expected_wan_shapes, infer_wan_config
-from .sources import TensorSource, open_tensor_source
+from .sources import TensorSource, open_tensor_source, weights_folder
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ class CheckpointInfo:
     family_hints: tuple[str, ...]  # e.g. ("t2v", "wan2.1-1.3B", "self_forcing", "action")
     dropped_keys: tuple[str, ...] = ()  # stored keys deliberately not returned (markers, input scales, rope)
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
+    top_level_keys: tuple[str, ...] = ()  # a torch checkpoint's top-level keys (generator, generator_ema, critic, …)
+    canonical_shapes: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 # --- loading -----------------------------------------------------------------------------------------
@@ -123,7 +125,7 @@ def _num_heads_hint(path: Path, metadata: Mapping[str, str], dim: int) -> tuple[
     cfg = _metadata_config(metadata)
     if cfg is not None and "num_heads" in cfg:
         return int(cfg["num_heads"]), cfg.get("text_len"), "file metadata"
-    beside = (path if path.is_dir() else path.parent) / "config.json"
+    beside = weights_folder(path) / "config.json"
     if beside.is_file():
         try:
             cfg = json.loads(beside.read_text())
@@ -171,36 +173,23 @@ def _convert(t: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, de
     return t.to(device=device, dtype=dtype), None
 
 
-def load_wan_checkpoint(
-    path: str | Path,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    num_heads: int | None = None,
-    keep_fp8: bool = False,
-    *,
-    allow_i2v: bool = False,
-) -> tuple[dict[str, torch.Tensor], WanConfig, CheckpointInfo]:
-    """Load a Wan 2.1 transformer from any supported layout as canonical (original Wan) names.
+def _open(path: Path, container: str | None) -> TensorSource:
+    """Open the weights; `container` (e.g. `generator`) picks that dict of a training checkpoint, or fails."""
+    src = open_tensor_source(path, (container,) if container else CONTAINER_KEYS)
+    top = getattr(src, "top_level_keys", ())
+    if container and src.container != container:
+        held = ", ".join(f"'{k}'" for k in top) or "no dicts"
+        raise CheckpointLayoutError(
+            f"'{path.name}' has no '{container}' weights (it holds {held}); choose weights=auto or one it holds."
+        )
+    return src
 
-    Args:
-        path: a .safetensors / .pth / .pt file, or a diffusers transformer folder (sharded or not).
-        dtype: compute dtype of the returned floating tensors; fp8 weights are dequantised to it.
-        num_heads: overrides the head count. Otherwise it comes from the file's metadata, a
-            config.json beside the file, or dim / 128 (shapes alone can't tell; see infer_wan_config).
-        keep_fp8: keep fp8 weights as stored and return `<layer>.scale_weight` (float32) beside each
-            one, for an fp8 GEMM path; other tensors still go to `dtype`.
-        allow_i2v: accept image-conditioned (I2V/FLF2V) weights; refused by default since the
-            engine does not run them yet.
-    """
-    path = Path(path)
-    src = open_tensor_source(path, CONTAINER_KEYS)
+
+def _read_config(path: Path, src: TensorSource, num_heads: int | None, allow_i2v: bool):
+    """Steps 1–2 of loading: keys → layout → canonical names, then the config from the shapes."""
     name = f"'{path.name}'"
-    if src.container:
-        logger.info("%s: using the '%s' weights of the training checkpoint", path.name, src.container)
-    # 1. keys → layout → canonical names
     plan, layout = _plan_keys(src, name)
     shapes = {k: tuple(src.shape(s)) for k, s in plan.tensors.items()}
-    # 2. config from shapes; heads and text length from the caller, the metadata or config.json
     if "patch_embedding.weight" not in shapes:  # e.g. a diffusers file with an unknown naming
         raise CheckpointLayoutError(f"{name}: no tensor maps to 'patch_embedding.weight'. {EXPECTED_LAYOUTS_TEXT}")
     meta_heads, text_len, heads_from = _num_heads_hint(path, src.metadata, shapes["patch_embedding.weight"][0])
@@ -220,6 +209,71 @@ def load_wan_checkpoint(
         )
     _check_metadata_config(config, src.metadata, name)
     check_wan_shapes(shapes, config, name)
+    return plan, layout, shapes, config, heads_from
+
+
+def _info(path, src, plan, layout, shapes, config, heads_from, stored_dtypes=()) -> CheckpointInfo:
+    has_fp8 = any(d.startswith("float8") for d in stored_dtypes)
+    return CheckpointInfo(
+        path=str(path),
+        layout=layout.layout,
+        file_format=src.file_format,
+        key_prefix=layout.prefix,
+        container_key=src.container,
+        stored_dtypes=tuple(sorted(stored_dtypes)),
+        quantization=("fp8_scaled" if plan.scales else "fp8") if has_fp8 else None,
+        num_heads_source=heads_from,
+        family_hints=_family_hints(config, path, src.container),
+        dropped_keys=tuple(sorted(plan.dropped)),
+        metadata=dict(src.metadata),
+        top_level_keys=tuple(getattr(src, "top_level_keys", ())),
+        canonical_shapes=dict(shapes),
+    )
+
+
+def inspect_wan_checkpoint(
+    path: str | Path, num_heads: int | None = None, *, container: str | None = None, allow_i2v: bool = False
+) -> tuple[WanConfig, CheckpointInfo]:
+    """The config and CheckpointInfo of a weights file without converting any tensor (for family detection)."""
+    path = Path(path)
+    src = _open(path, container)
+    plan, layout, shapes, config, heads_from = _read_config(path, src, num_heads, allow_i2v)
+    return config, _info(path, src, plan, layout, shapes, config, heads_from)
+
+
+def load_wan_checkpoint(
+    path: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    num_heads: int | None = None,
+    keep_fp8: bool = False,
+    *,
+    allow_i2v: bool = False,
+    container: str | None = None,
+) -> tuple[dict[str, torch.Tensor], WanConfig, CheckpointInfo]:
+    """Load a Wan 2.1 transformer from any supported layout as canonical (original Wan) names.
+
+    Args:
+        path: a .safetensors / .pth / .pt file, a diffusers transformer folder (sharded or not), or a
+            diffusers pipeline root (model_index.json; its transformer/ is used).
+        dtype: compute dtype of the returned floating tensors; fp8 weights are dequantised to it.
+        num_heads: overrides the head count. Otherwise it comes from the file's metadata, a
+            config.json beside the file, or dim / 128 (shapes alone can't tell; see infer_wan_config).
+        keep_fp8: keep fp8 weights as stored and return `<layer>.scale_weight` (float32) beside each
+            one, for an fp8 GEMM path; other tensors still go to `dtype`.
+        allow_i2v: accept image-conditioned (I2V/FLF2V) weights; refused by default since the
+            engine does not run them yet.
+        container: which dict of a training checkpoint to read (`generator_ema`, `generator`); None takes
+            the first of CONTAINER_KEYS present. Asking for one the file lacks is an error naming what it holds.
+    """
+    path = Path(path)
+    src = _open(path, container)
+    name = f"'{path.name}'"
+    if src.container:
+        logger.info("%s: using the '%s' weights of the training checkpoint", path.name, src.container)
+    # 1. keys → layout → canonical names; 2. config from shapes, heads and text length from the caller,
+    # the metadata or config.json
+    plan, layout, shapes, config, heads_from = _read_config(path, src, num_heads, allow_i2v)
     # 3. tensors, one at a time
     state: dict[str, torch.Tensor] = {}
     stored_dtypes: Counter[str] = Counter()
@@ -236,20 +290,7 @@ def load_wan_checkpoint(
         if kept_scale is not None:
             state[canonical.removesuffix("weight") + "scale_weight"] = kept_scale
         del t
-    has_fp8 = any(d.startswith("float8") for d in stored_dtypes)
-    info = CheckpointInfo(
-        path=str(path),
-        layout=layout.layout,
-        file_format=src.file_format,
-        key_prefix=layout.prefix,
-        container_key=src.container,
-        stored_dtypes=tuple(sorted(stored_dtypes)),
-        quantization=("fp8_scaled" if plan.scales else "fp8") if has_fp8 else None,
-        num_heads_source=heads_from,
-        family_hints=_family_hints(config, path, src.container),
-        dropped_keys=tuple(sorted(plan.dropped)),
-        metadata=dict(src.metadata),
-    )
+    info = _info(path, src, plan, layout, shapes, config, heads_from, stored_dtypes)
     logger.info("loaded %s: layout %s, %s, %s, %d tensors", path.name, info.layout,
                 "/".join(info.stored_dtypes), info.family_hints, len(state))  # fmt: skip
     return state, config, info
@@ -354,6 +395,7 @@ __all__ = [
     "detect_layout",
     "expected_wan_shapes",
     "infer_wan_config",
+    "inspect_wan_checkpoint",
     "load_wan_checkpoint",
     "save_wan_checkpoint",
 ]

@@ -70,10 +70,17 @@ class SafetensorsSource:
 class DictSource:
     """A state dict from `torch.load(..., mmap=True)`: its tensors are views of the mapped file."""
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor], file_format: str, container: str | None):
+    def __init__(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        file_format: str,
+        container: str | None,
+        top_level_keys: Sequence[str] = (),
+    ):
         self._tensors = tensors
         self.file_format = file_format
         self.container = container
+        self.top_level_keys = tuple(top_level_keys)  # a training checkpoint's dicts: generator, generator_ema, …
         self.metadata: dict[str, str] = {}
 
     def keys(self) -> list[str]:
@@ -126,19 +133,46 @@ def _load_torch(path: Path, containers: Sequence[str]) -> DictSource:
         ) from None
     if not isinstance(obj, Mapping):
         raise CheckpointLayoutError(f"'{path.name}' holds a {type(obj).__name__}, not a dict of tensors.")
+    top = tuple(str(k) for k in obj)
     for name in containers:
         inner = obj.get(name)
         if isinstance(inner, Mapping) and any(isinstance(v, torch.Tensor) for v in inner.values()):
-            return DictSource(_flatten(inner), file_format, name)
-    return DictSource(_flatten(obj), file_format, None)
+            return DictSource(_flatten(inner), file_format, name, top)
+    return DictSource(_flatten(obj), file_format, None, top)
+
+
+def _shard_path(folder: Path, name: object, index: Path) -> Path:
+    """One shard named by an index, refused unless it is a file name inside the index's own folder."""
+    shard = Path(str(name))
+    inside = folder.resolve()
+    if shard.is_absolute() or ".." in shard.parts or inside not in (folder / shard).resolve().parents:
+        raise CheckpointLayoutError(
+            f"'{index.name}' names the shard '{name}' outside its folder; a shard index may only list files "
+            f"in '{folder}' (fix or re-download the index)."
+        )
+    return folder / shard
 
 
 def _diffusers_shards(folder: Path) -> list[Path]:
-    """Safetensors files of a diffusers transformer folder: the shard index if there is one."""
+    """Safetensors files of a diffusers transformer folder: the shard index if there is one.
+
+    A pipeline root (it has `model_index.json`) stands for its `transformer/` subfolder.
+    """
+    if (folder / "model_index.json").is_file():
+        if not (folder / "transformer").is_dir():
+            raise MissingFileError(
+                f"'{folder}' is a diffusers pipeline (model_index.json) without a transformer/ subfolder; "
+                "download its transformer too, or point at the transformer weights."
+            )
+        logger.info("'%s' is a diffusers pipeline root; using its transformer/ subfolder", folder.name)
+        folder = folder / "transformer"
     indices = sorted(folder.glob("*.safetensors.index.json"))
     if indices:
-        weight_map = json.loads(indices[0].read_text()).get("weight_map", {})
-        return [folder / name for name in sorted(set(weight_map.values()))]
+        try:
+            weight_map = json.loads(indices[0].read_text()).get("weight_map", {})
+        except (ValueError, AttributeError) as e:
+            raise CheckpointLayoutError(f"'{indices[0].name}' is not a valid shard index ({e})") from None
+        return [_shard_path(folder, name, indices[0]) for name in sorted(set(map(str, weight_map.values())))]
     files = sorted(folder.glob("*.safetensors"))
     if len(files) != 1:
         raise MissingFileError(
@@ -146,6 +180,15 @@ def _diffusers_shards(folder: Path) -> list[Path]:
             "point at the weight file itself."
         )
     return files
+
+
+def weights_folder(path: Path) -> Path:
+    """The folder whose files describe `path`: a diffusers pipeline root's transformer/, else the folder itself
+    (for a folder) or the file's parent."""
+    folder = path if path.is_dir() else path.parent
+    if path.is_dir() and (path / "model_index.json").is_file() and (path / "transformer").is_dir():
+        return path / "transformer"
+    return folder
 
 
 def open_tensor_source(path: Path, containers: Sequence[str] = ()) -> TensorSource:
