@@ -17,6 +17,7 @@ from ..cache import KVCacheConfig
 from ..errors import ConfigError, MissingFileError
 from ..pipeline import SamplingConfig
 from .fp8 import count_fp8_linears, quantize_linears_fp8
+from .matrix_game2 import MATRIX_GAME2_VARIANTS, detect_variant
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -50,6 +51,12 @@ FAMILIES: dict[str, Family] = {
         "CausVid (3-step DMD causal Wan; step list from the authors' DMD config, not warped)",
         SamplingConfig((1000, 757, 522), warp_denoising_steps=False, shift=5.0, block_frames=3),
         KVCacheConfig(),
+    ),
+    "matrix_game2": Family(  # variant (universal / gta_drive / templerun) from the weights: models/matrix_game2.py
+        "matrix_game2",
+        "Matrix-Game 2.0 (image-started causal Wan 2.1 1.3B driven by keyboard and mouse)",
+        MATRIX_GAME2_VARIANTS["universal"].sampling,
+        MATRIX_GAME2_VARIANTS["universal"].cache,
     ),
     "bundled": Family(
         "bundled",
@@ -87,6 +94,7 @@ class WorldModel:
     fps: int = 16
     source: str = ""
     default_size: tuple[int, int] | None = None  # (width, height) the model was trained at, if it has one
+    variant: str = ""  # Matrix-Game 2.0: universal, gta_drive or templerun
 
     @property
     def device(self) -> torch.device:
@@ -107,7 +115,7 @@ class WorldModel:
     def describe(self) -> str:
         c = self.config
         lines = [
-            f"family: {self.family} ({get_family(self.family).description})",
+            f"family: {self.family} ({MATRIX_GAME2_VARIANTS[self.variant].description if self.variant else get_family(self.family).description})",
             f"source: {self.source}",
             f"transformer: {c.num_layers} layers, dim {c.dim}, {c.num_heads} heads × {c.head_dim}, ffn {c.ffn_dim}, "
             f"{c.num_parameters() / 1e6:.1f}M params, {self.dtype} on {self.device}",
@@ -190,6 +198,12 @@ def load_world_model(
     state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads)
     fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
     spec = get_family(fam)
+    variant = None
+    if config.action_config is not None:  # Matrix-Game 2.0 weights (blocks.N.action_model.*, img_emb, in_dim 36)
+        if fam != "matrix_game2":
+            raise ConfigError(f"'{path}' is a Matrix-Game 2.0 model (action modules); use family 'matrix_game2'")
+        variant = detect_variant(config)
+        spec = Family(fam, variant.description, variant.sampling, variant.cache, fps=16)
     transformer = _build_transformer(config, state, dev, dt, attention)
     if fp8:
         quantize_linears_fp8(transformer)
@@ -207,6 +221,7 @@ def load_world_model(
         text,
         fps=spec.fps,
         source=f"{path} ({info.layout})",
+        variant=variant.name if variant else "",
     )
     return _maybe_compile(model, compile)
 

@@ -323,3 +323,55 @@ class MatrixGameBlockInput:
     def to(self, device, dtype: torch.dtype | None = None) -> MatrixGameBlockInput:
         move = lambda t: None if t is None else t.to(device=device, dtype=dtype or t.dtype)  # noqa: E731
         return MatrixGameBlockInput(move(self.cond_concat), move(self.keyboard), move(self.mouse))
+
+
+# --- shapes (for the checkpoint loader) -------------------------------------------------------------------
+
+
+def expected_action_shapes(config: ActionConfig, dim: int) -> dict[str, tuple[int, ...]]:
+    """The tensors of one ActionModule (names below `blocks.N.action_model.`), with shapes."""
+    c, kc, hs, rows = config.mouse_hidden_dim, config.keyboard_hidden_dim, config.hidden_size, config.window_rows
+    lin = lambda name, o, i, bias=True: {f"{name}.weight": (o, i), **({f"{name}.bias": (o,)} if bias else {})}  # noqa: E731
+    qkv = config.qkv_bias
+    s = {**lin("keyboard_embed.0", hs, config.keyboard_dim_in), **lin("keyboard_embed.2", hs, hs),
+         **lin("mouse_attn_q", kc, dim, qkv), **lin("keyboard_attn_kv", 2 * kc, hs * rows, qkv),
+         **lin("proj_keyboard", dim, kc, qkv)}  # fmt: skip
+    norms = ["key_attn_q_norm", "key_attn_k_norm"]
+    if config.enable_mouse:
+        s.update(lin("mouse_mlp.0", c, config.mouse_dim_in * rows + dim) | lin("mouse_mlp.2", c, c))
+        s.update({"mouse_mlp.3.weight": (c,), "mouse_mlp.3.bias": (c,)})
+        s.update(lin("t_qkv", 3 * c, c, qkv) | lin("proj_mouse", dim, c, qkv))
+        norms += ["img_attn_q_norm", "img_attn_k_norm"]
+    if config.qk_norm:
+        s.update({f"{n}.weight": (ACTION_HEAD_DIM,) for n in norms})
+    return s
+
+
+def infer_action_config(shapes: dict, dim: int) -> ActionConfig | None:
+    """The ActionConfig that canonical tensor shapes imply, or None when no block has an action module.
+
+    Read from the weights: blocks, keyboard width, mouse branch and width, heads (hidden / 64), keyboard
+    embedding width, window (keyboard_attn_kv input / embedding width / r), the biases and norms. Not in the
+    weights, taken from the released configs (all three agree): r = 4, mouse_qk_dim_list [8, 28, 28], theta 256.
+    """
+    import re
+
+    pattern = re.compile(r"^blocks\.(\d+)\.action_model\.keyboard_embed\.0\.weight$")
+    blocks = sorted(int(m.group(1)) for k in shapes if (m := pattern.match(k)))
+    if not blocks:
+        return None
+    p = f"blocks.{blocks[0]}.action_model."
+    hs, keyboard_dim = (int(v) for v in shapes[p + "keyboard_embed.0.weight"])
+    kc2, kv_in = (int(v) for v in shapes[p + "keyboard_attn_kv.weight"])
+    r = 4
+    rows = kv_in // hs
+    mouse = p + "mouse_mlp.0.weight" in shapes
+    mouse_dim = (int(shapes[p + "mouse_mlp.0.weight"][1]) - dim) // rows if mouse else 2
+    kc = kc2 // 2
+    return ActionConfig(
+        blocks=tuple(blocks), keyboard_dim_in=keyboard_dim, mouse_dim_in=mouse_dim, enable_mouse=mouse,
+        hidden_size=hs, img_hidden_size=dim, heads_num=kc // ACTION_HEAD_DIM, keyboard_hidden_dim=kc,
+        mouse_hidden_dim=kc if not mouse else int(shapes[p + "mouse_mlp.0.weight"][0]),
+        vae_time_compression_ratio=r, windows_size=rows // r, qk_norm=p + "key_attn_q_norm.weight" in shapes,
+        qkv_bias=p + "mouse_attn_q.bias" in shapes,
+    )  # fmt: skip

@@ -90,7 +90,7 @@ class WanConfig:
         attn = 4 * (d * d + d) + 2 * d  # q k v o + qk norms
         block = 2 * attn + 2 * d + (d * f + f + f * d + d) + 6 * d  # self, cross, norm3, ffn, modulation
         embed = self.in_dim * pt * ph * pw * d + d
-        text = self.text_dim * d + d + d * d + d
+        text = 0 if self.image_context else self.text_dim * d + d + d * d + d
         time = self.freq_dim * d + d + d * d + d + d * 6 * d + 6 * d
         head = d * pt * ph * pw * self.out_dim + pt * ph * pw * self.out_dim + 2 * d
         return L * block + embed + text + time + head
