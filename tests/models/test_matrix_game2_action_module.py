@@ -16,6 +16,7 @@ from inferix_core.models.wan.action_module import (
     ACTION_HEAD_DIM,
     ActionConfig,
     ActionInputs,
+    ActionKVCache,
     ActionModule,
     action_rope_table,
     apply_action_rope,
@@ -28,23 +29,25 @@ pytestmark = pytest.mark.skipif(not FILES, reason="no action_module_*.safetensor
 SUBMODULES = ("mouse_mlp", "t_qkv", "proj_mouse", "keyboard_embed", "keyboard_attn_kv", "mouse_attn_q", "proj_keyboard")
 
 
-def build(path):
+def build(path, main_sink: int = 0):
+    """The module and its caches, built as the pipeline builds them: around a main cache of the same window
+    whose sink is `main_sink` (the action caches must have no sink whatever it is)."""
     info, t = read_fixture(path)
     cfg = ActionConfig.from_dict(info["config"])
     module = ActionModule(cfg, cfg.img_hidden_size).eval()
     module.load_state_dict({k: v.clone() for k, v in fixture_weights(path, info, t).items()}, strict=True)
     call = info["call"]
-    window = KVCacheConfig(window_frames=call["cache_size_frames"], sink_frames=0)
-    s = call["th"] * call["tw"]
-    common = dict(num_layers=1, num_heads=cfg.heads_num, head_dim=ACTION_HEAD_DIM, frame_tokens=1,
-                  block_frames=call["num_frame_per_block"])  # fmt: skip
-    mouse = RingKVCache(window, KVCacheSpec(batch_size=s, **common)) if cfg.enable_mouse else None
-    keyboard = RingKVCache(window, KVCacheSpec(batch_size=1, **common))
-    return info, t, module, mouse, keyboard
+    window = KVCacheConfig(window_frames=call["cache_size_frames"], sink_frames=main_sink)
+    spec = KVCacheSpec(num_layers=max(cfg.blocks) + 1, num_heads=1, head_dim=ACTION_HEAD_DIM,
+                       frame_tokens=call["th"] * call["tw"], block_frames=call["num_frame_per_block"])  # fmt: skip
+    caches = ActionKVCache.build(RingKVCache(window, spec), window, spec, cfg)
+    return info, t, module, caches
 
 
-def run_calls(path, mutate=None):
-    info, t, module, mouse, keyboard = build(path)
+def run_calls(path, mutate=None, main_sink: int = 0):
+    info, t, module, kv = build(path, main_sink)
+    mouse, keyboard = kv.mouse, kv.keyboard
+    layer = min(module.config.blocks)
     if mutate is not None:
         mutate(module)
     call, n = info["call"], info["call"]["num_frame_per_block"]
@@ -61,16 +64,13 @@ def run_calls(path, mutate=None):
             rows = 1 + 4 * (start + n - 1)
             for c in range(call["calls_per_block"]):
                 records.clear()
-                for cache in (mouse, keyboard):
-                    if cache is not None:
-                        cache.begin(start, n)
+                kv.begin(start, n)
                 act = ActionInputs(
                     t["keyboard_cond"][:, :rows],
                     t["mouse_cond"][:, :rows] if "mouse_cond" in t else None,
                     start,
                     s,
-                    mouse.layer(0) if mouse is not None else None,
-                    keyboard.layer(0),
+                    *kv.action_views(layer),
                 )
                 outputs[(b, c)] = module(t[f"block{b}.call{c}.hidden_states"], act)
                 if b in call["debug_blocks"] and c == 0:
@@ -82,9 +82,11 @@ def run_calls(path, mutate=None):
     return info, t, module, outputs, caches, ends, (mouse, keyboard)
 
 
+@pytest.mark.parametrize("main_sink", [0, 3])
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
-def test_outputs_and_caches(path):
-    info, t, _, outputs, caches, ends, (mouse, keyboard) = run_calls(path)
+def test_outputs_and_caches(path, main_sink):
+    """Every call and both caches; also beside a main cache with sink frames (the action caches have none)."""
+    info, t, _, outputs, caches, ends, (mouse, keyboard) = run_calls(path, main_sink=main_sink)
     call = info["call"]
     for (b, c), out in outputs.items():
         assert torch.isfinite(out).all()

@@ -7,6 +7,8 @@ the outputs, all stored caches (main, mouse, keyboard) and the cache bookkeeping
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -29,8 +31,9 @@ class Recorder(PipelineHooks):
         self.x0[(index, step)] = x0.clone()
 
 
-def run_pipeline(path, cond=None):
+def run_pipeline(path, cond=None, page_frames: int = 0):
     info, t, model, sampling, cache_cfg, fixture_cond = build(path)
+    cache_cfg = dataclasses.replace(cache_cfg, page_frames=page_frames)
     p = info["pipeline"]
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     req = matrix_game_request(cond or fixture_cond, p["num_blocks"], noise=FixtureNoise(t),
@@ -62,9 +65,11 @@ def test_scheduler_tables(path):
     assert torch.equal(sch.sigma_at(torch.cat([ts, torch.zeros(1) + p["context_noise"]])), tensors["sigmas_used"])
 
 
+@pytest.mark.parametrize("page_frames", [0, 1], ids=["ring", "paged"])
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
-def test_pipeline_parity(path):
-    info, t, pipe, rec, latents, caches, ends = run_pipeline(path)
+def test_pipeline_parity(path, page_frames):
+    """The whole run; with a ring main cache and a paged one (the action caches ride along either way)."""
+    info, t, pipe, rec, latents, caches, ends = run_pipeline(path, page_frames=page_frames)
     p, tr = info["pipeline"], info["trace"]
     assert torch.isfinite(latents).all()
     torch.testing.assert_close(latents, to_bfchw(t["output_latents"]), atol=ATOL, rtol=0)
@@ -120,3 +125,110 @@ def test_every_model_call(path):
             x0 = t[f"block{b}.step{len(p['denoising_step_list']) - 1}.x0_pred"]
             flow = model(x0, t[f"block{b}.context.timestep"], ctx, cache, b * n, block)
             torch.testing.assert_close(flow, t[f"block{b}.context.flow_pred"], atol=ATOL, rtol=0)
+
+
+# -- behaviour (README_matrix_game2.md §7): which action rows reach which block --------------------------------
+
+
+def _per_block(latents, n):
+    return latents.unflatten(1, (-1, n))  # (B, blocks, n, C, H, W)
+
+
+def _block_diffs(path, change):
+    """max |Δ| of each block's output when `change(cond)` edits the conditioning (same noise draws)."""
+    info, t, model, sampling, cache_cfg, cond = build(path)
+    n, p = sampling.block_frames, info["pipeline"]
+    base = _run(model, sampling, cache_cfg, cond, t, p["num_blocks"])
+    changed = dataclasses.replace(cond, keyboard=cond.keyboard.clone(),
+                                  mouse=None if cond.mouse is None else cond.mouse.clone())  # fmt: skip
+    change(changed)
+    out = _run(model, sampling, cache_cfg, changed, t, p["num_blocks"])
+    return (_per_block(out, n) - _per_block(base, n)).abs().flatten(2).amax(-1)[0].tolist()
+
+
+def _run(model, sampling, cache_cfg, cond, t, num_blocks):
+    pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
+    req = matrix_game_request(cond, num_blocks, noise=FixtureNoise(t), block_frames=sampling.block_frames)
+    return pipe.generate(req)
+
+
+def _flip(track, row):
+    track[:, row] = 1 - track[:, row] if track.max() <= 1 and track.min() >= 0 else track[:, row] + 0.5
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_actions_reach_the_frames_they_belong_to(path):
+    info, _ = read_fixture(path)
+    n, rows = info["pipeline"]["num_frame_per_block"], info["pipeline"]["num_pixel_frames"]
+    last_of_block0 = 1 + 4 * (n - 1) - 1  # passed to block 0 but first used by block 1 (window ends a row early)
+    d = _block_diffs(path, lambda c: _flip(c.keyboard, last_of_block0))
+    assert d[0] == 0 and d[1] > 1e-3
+    d = _block_diffs(path, lambda c: _flip(c.keyboard, last_of_block0 - 1))
+    assert d[0] > 1e-3
+    d = _block_diffs(path, lambda c: (_flip(c.keyboard, rows - 1), c.mouse is not None and _flip(c.mouse, rows - 1)))
+    assert max(d) == 0  # the last row of the run is never used
+    if info["pipeline"]["enable_mouse"]:
+        d = _block_diffs(path, lambda c: c.mouse[:, last_of_block0].add_(0.5))
+        assert d[0] == 0 and d[1] > 1e-3
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_action_norm_weights_are_unused(path):
+    info, t, model, sampling, cache_cfg, cond = build(path)
+    base = _run(model, sampling, cache_cfg, cond, t, info["pipeline"]["num_blocks"])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "action_model" in name and "attn_" in name and "norm" in name:
+                p.mul_(3).add_(0.5)
+    assert torch.equal(base, _run(model, sampling, cache_cfg, cond, t, info["pipeline"]["num_blocks"]))
+
+
+MOUSE_FILES = [f for f in FILES if read_fixture(f)[0]["pipeline"]["enable_mouse"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", MOUSE_FILES, ids=[f.name for f in MOUSE_FILES])
+def test_opposite_mouse_directions_diverge_oppositely(path):
+    """Turning right vs left (yaw ±0.1 on every row) from the same start moves the output in opposite directions."""
+    info, t, model, sampling, cache_cfg, cond = build(path)
+    num_blocks = info["pipeline"]["num_blocks"]
+    keys = torch.zeros_like(cond.keyboard)
+    outs = {}
+    for yaw in (-0.1, 0.0, 0.1):
+        mouse = torch.zeros_like(cond.mouse)
+        mouse[..., 1] = yaw
+        c = dataclasses.replace(cond, keyboard=keys, mouse=mouse)
+        outs[yaw] = _run(model, sampling, cache_cfg, c, t, num_blocks)
+    right, left = (outs[0.1] - outs[0.0]).flatten(), (outs[-0.1] - outs[0.0]).flatten()
+    assert right.abs().max() > 1e-3 and left.abs().max() > 1e-3
+    cosine = torch.nn.functional.cosine_similarity(right, left, dim=0)
+    assert cosine < -0.5, f"right and left turns should move the output oppositely (cosine {cosine:.3f})"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_live_session_rows_written_block_by_block(path):
+    """As the authors' streaming demo: each block's new rows are written just before it (a different key per
+    block), through start_stream/denoise_block; equals one finite run over the whole tracks."""
+    info, t, model, sampling, cache_cfg, cond = build(path)
+    n, num_blocks = sampling.block_frames, info["pipeline"]["num_blocks"]
+    k = cond.keyboard.shape[-1]
+    keyboard = torch.cat(
+        [torch.eye(k)[b % k].expand(1, 1 + 4 * (n - 1) if b == 0 else 4 * n, k) for b in range(num_blocks)], 1
+    )
+    mouse = None if cond.mouse is None else torch.linspace(-0.1, 0.1, keyboard.shape[1])[None, :, None].expand(1, -1, 2)
+    whole = dataclasses.replace(cond, keyboard=keyboard, mouse=mouse)
+    expected = _run(model, sampling, cache_cfg, whole, t, num_blocks)
+
+    first = 1 + 4 * (n - 1)
+    live = dataclasses.replace(cond, keyboard=keyboard[:, :first], mouse=None if mouse is None else mouse[:, :first])
+    pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
+    _, _, _, h, w = cond.cond_concat.shape
+    state = pipe.start_stream(cond.visual_context, h, w, noise=FixtureNoise(t), max_frames=num_blocks * n)
+    got = []
+    for b in range(num_blocks):
+        if b > 0:
+            a, z = first + 4 * n * (b - 1), first + 4 * n * b
+            live.extend_actions(keyboard[:, a:z], None if mouse is None else mouse[:, a:z])
+        got.append(pipe.denoise_block(state, action=live.for_block(state.next_frame, n)).latents)
+    torch.testing.assert_close(torch.cat(got, 1), expected, atol=1e-6, rtol=0)
