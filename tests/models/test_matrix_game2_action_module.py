@@ -148,3 +148,27 @@ def test_rope_rotates_only_the_first_dims():
     expected = torch.stack([re * torch.cos(torch.tensor(angle)) - im * torch.sin(torch.tensor(angle)),
                             im * torch.cos(torch.tensor(angle)) + re * torch.sin(torch.tensor(angle))], -1)  # fmt: skip
     torch.testing.assert_close(out[:, 1, 0, 2:4], expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("window", [6, -1], ids=["window", "global"])
+def test_action_caches_follow_the_main_cache(window):
+    """begin / restart / reset reach all three caches; the action caches hold frames of the main window, no sink."""
+    cfg = ActionConfig(blocks=(0, 2), heads_num=1, hidden_size=4, img_hidden_size=8, keyboard_hidden_dim=64,
+                       mouse_hidden_dim=64)  # fmt: skip
+    main_cfg = KVCacheConfig(window_frames=window, sink_frames=3 if window > 0 else 0)
+    spec = KVCacheSpec(num_layers=3, num_heads=1, head_dim=2, frame_tokens=5, block_frames=3, max_frames=12)
+    kv = ActionKVCache.build(RingKVCache(main_cfg, spec), main_cfg, spec, cfg)
+    assert kv.layer_slots == {0: 0, 2: 1} and kv.mouse.spec.batch_size == 5 and kv.keyboard.spec.batch_size == 1
+    for start in (0, 3, 6, 9):
+        kv.begin(start, 3)
+    if window > 0:
+        assert kv.main.resident_frames() == [0, 1, 2, 9, 10, 11]
+        assert kv.mouse.resident_frames() == kv.keyboard.resident_frames() == list(range(6, 12))  # no sink
+        kv.restart(15)
+        assert kv.main.end_frame == kv.mouse.end_frame == kv.keyboard.end_frame == 15
+        assert kv.mouse.resident_frames() == kv.keyboard.resident_frames() == []
+    else:
+        assert kv.main.resident_frames() == kv.keyboard.resident_frames() == list(range(12))
+    kv.reset()
+    assert kv.main.end_frame == kv.mouse.end_frame == kv.keyboard.end_frame == 0
+    assert kv.attended_tokens == 0  # everything else is the main cache's

@@ -31,9 +31,12 @@ class Recorder(PipelineHooks):
         self.x0[(index, step)] = x0.clone()
 
 
-def run_pipeline(path, cond=None, page_frames: int = 0):
+CACHE_KINDS = {"ring": {}, "paged": {"page_frames": 1}, "offload": {"page_frames": 1, "offload": "always"}}
+
+
+def run_pipeline(path, cond=None, cache_kind: str = "ring"):
     info, t, model, sampling, cache_cfg, fixture_cond = build(path)
-    cache_cfg = dataclasses.replace(cache_cfg, page_frames=page_frames)
+    cache_cfg = dataclasses.replace(cache_cfg, **CACHE_KINDS[cache_kind])
     p = info["pipeline"]
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     req = matrix_game_request(cond or fixture_cond, p["num_blocks"], noise=FixtureNoise(t),
@@ -65,11 +68,11 @@ def test_scheduler_tables(path):
     assert torch.equal(sch.sigma_at(torch.cat([ts, torch.zeros(1) + p["context_noise"]])), tensors["sigmas_used"])
 
 
-@pytest.mark.parametrize("page_frames", [0, 1], ids=["ring", "paged"])
+@pytest.mark.parametrize("cache_kind", list(CACHE_KINDS))
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
-def test_pipeline_parity(path, page_frames):
-    """The whole run; with a ring main cache and a paged one (the action caches ride along either way)."""
-    info, t, pipe, rec, latents, caches, ends = run_pipeline(path, page_frames=page_frames)
+def test_pipeline_parity(path, cache_kind):
+    """The whole run, with each main cache kind (the action caches are resident rings beside any of them)."""
+    info, t, pipe, rec, latents, caches, ends = run_pipeline(path, cache_kind=cache_kind)
     p, tr = info["pipeline"], info["trace"]
     assert torch.isfinite(latents).all()
     torch.testing.assert_close(latents, to_bfchw(t["output_latents"]), atol=ATOL, rtol=0)
