@@ -25,8 +25,11 @@ with these substitutions that change no timed work:
 * `--smoke` (CPU, tiny model: dim 64, 2 layers, one action block, 2 action heads, same 352×640 geometry, 2
   blocks) also replaces its three cache initialisers, which hard-code the 1.3B head shapes
   ([B, ·, 12, 128], [·, ·, 16, 64]), with the same dicts at the tiny shapes, and sets its
-  `num_transformer_blocks` (30) to the tiny layer count. It exists so that tests/test_bench_matrix_game2.py
-  knows the script runs; its timings mean nothing.
+  `num_transformer_blocks` (30) to the tiny layer count; the parameters its init leaves at zero (head,
+  action projections) get random values, and ours then runs with its weights and its recorded noise draws, so
+  the run also reports max |ours − reference| over the latents (≈ 1e-6 in fp32). It exists so that
+  tests/test_bench_matrix_game2.py knows the script runs and compares the same computation; its timings
+  mean nothing.
 
     PYTHONPATH=. python bench/bench_matrix_game2.py --reference-dir /work/ref/matrix-game-3ceb3114/Matrix-Game-2 \\
         --variants universal,gta_drive,templerun --json mg2_bench.json
@@ -122,11 +125,30 @@ def _summary(times, firsts, peaks, latent_frames) -> dict:
 
 
 # -- ours -------------------------------------------------------------------------------------------------------
-def run_ours(variant, latent_frames, device, dtype, warmup, repeats, smoke, compile=False) -> dict:
+class ReplayNoise:
+    """The reference run's own draws ([1, 16, F, H, W] noise, then its [n, 16, H, W] re-noise draws in call
+    order), handed to our pipeline in its layout, so that both sides see the same numbers."""
+
+    def __init__(self, noise: torch.Tensor, draws: list[torch.Tensor]):
+        self.noise, self.draws = noise, iter(draws)
+
+    def initial(self, start_frame, shape):
+        return self.noise[:, :, start_frame : start_frame + shape[1]].permute(0, 2, 1, 3, 4)
+
+    def step(self, block, step, shape):
+        return next(self.draws).unsqueeze(0)
+
+
+def run_ours(variant, latent_frames, device, dtype, warmup, repeats, smoke, compile=False, weights=None,
+             replay=None) -> dict:  # fmt: skip
+    """Time our pipeline; with `weights` and `replay` (the reference's state dict and (noise, draws), smoke
+    mode) also return the latents of the last run, for a numerical comparison."""
     v = MATRIX_GAME2_VARIANTS[variant]
     torch.manual_seed(0)
     with torch.device(device):
         model = CausalWanTransformer(WanConfig.from_dict(model_config(variant, smoke)))
+    if weights is not None:
+        model.load_state_dict(weights, strict=True)
     model = model.to(dtype).eval().requires_grad_(False)
     if compile:
         from inferix_core.models.wan.causal_transformer import compile_blocks
@@ -140,14 +162,15 @@ def run_ours(variant, latent_frames, device, dtype, warmup, repeats, smoke, comp
         _sync(device)
         _peak_reset(device)
         t0 = time.perf_counter()
-        first, last = None, None
-        for block in pipe.stream(matrix_game_request(cond, latent_frames // n, seed=r)):
-            last = block.latents
+        first, blocks = None, []
+        noise = ReplayNoise(*replay) if replay is not None else None
+        for block in pipe.stream(matrix_game_request(cond, latent_frames // n, seed=r, noise=noise)):
+            blocks.append(block.latents)
             if first is None:
                 _sync(device)
                 first = time.perf_counter() - t0
         _sync(device)
-        if not torch.isfinite(last).all():
+        if not torch.isfinite(blocks[-1]).all():
             raise RuntimeError("ours produced non-finite values")
         if r >= warmup:
             times.append(time.perf_counter() - t0)
@@ -155,7 +178,10 @@ def run_ours(variant, latent_frames, device, dtype, warmup, repeats, smoke, comp
             peaks.append(_peak_gib(device))
     del pipe, model
     gc.collect()
-    return _summary(times, firsts, peaks, latent_frames)
+    out = _summary(times, firsts, peaks, latent_frames)
+    if replay is not None:
+        out["latents"] = torch.cat(blocks, dim=1).permute(0, 2, 1, 3, 4)  # [B, C, F, H, W] as the reference's
+    return out
 
 
 # -- the reference ----------------------------------------------------------------------------------------------
@@ -288,6 +314,11 @@ def _build_reference(ref: Path, variant: str, device, dtype, smoke: bool):
                                                         vae_decoder=_LatentsAsVideo())  # fmt: skip
     if smoke:
         _tiny_cache_initialisers(pipe, cfg)
+        with torch.no_grad():  # its init zeroes the head and the action projections: flows would all be 0
+            g = torch.Generator().manual_seed(1)
+            for param in pipe.generator.model.parameters():
+                if not param.any():
+                    param.copy_(torch.randn(param.shape, generator=g) * param.shape[-1] ** -0.5)
     return pipe.to(device=device, dtype=dtype).requires_grad_(False)
 
 
@@ -324,19 +355,36 @@ def run_reference(ref, variant, latent_frames, device, dtype, warmup, repeats, s
             return decoder(latents, *cache)
 
         pipe.vae_decoder = timed_decoder
-        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            videos = pipe.inference(noise, cond_dict, return_latents=False, mode=variant)
+        draws = []
+        randn_like = torch.randn_like
+        if smoke:  # record its re-noise draws (randn_like keeps the strides of its permuted input) for ours
+
+            def recorded(x, *a, draws=draws, randn_like=randn_like, **k):
+                draws.append(randn_like(x, *a, **k))
+                return draws[-1]
+
+            torch.randn_like = recorded
+        try:
+            with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                latents = pipe.inference(noise, cond_dict, return_latents=True, mode=variant)  # still decodes per block
+        finally:
+            torch.randn_like = randn_like
         _sync(device)
         pipe.vae_decoder = decoder
-        if not all(torch.isfinite(x).all() for x in videos):
+        if not torch.isfinite(latents).all():
             raise RuntimeError("the reference produced non-finite values")
         if r >= warmup:
             times.append(time.perf_counter() - t0)
             firsts.append(first[0])
             peaks.append(_peak_gib(device))
+    out = _summary(times, firsts, peaks, latent_frames)
+    if smoke:  # its weights, draws and last latents, for the numerical comparison with ours
+        out["weights"] = {k: v.detach().clone() for k, v in pipe.generator.model.state_dict().items()}
+        out["replay"] = (noise.clone(), [d.clone() for d in draws])
+        out["latents"] = latents.float()
     del pipe
     gc.collect()
-    return _summary(times, firsts, peaks, latent_frames)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,10 +409,18 @@ def main(argv: list[str] | None = None) -> int:
     for variant in args.variants.split(","):
         if variant not in MATRIX_GAME2_VARIANTS:
             raise SystemExit(f"unknown variant '{variant}'; expected {', '.join(MATRIX_GAME2_VARIANTS)}")
+        weights = replay = None
         if args.reference_dir is not None:
-            rows.append((variant, "reference", run_reference(args.reference_dir, variant, frames, device, dtype,
-                                                             warmup, repeats, args.smoke)))  # fmt: skip
-        rows.append((variant, "ours", run_ours(variant, frames, device, dtype, warmup, repeats, args.smoke)))
+            ref_row = run_reference(args.reference_dir, variant, frames, device, dtype, warmup, repeats, args.smoke)
+            rows.append((variant, "reference", ref_row))
+            weights, replay = ref_row.pop("weights", None), ref_row.pop("replay", None)
+        ours = run_ours(variant, frames, device, dtype, warmup, repeats, args.smoke, weights=weights, replay=replay)
+        if weights is not None:  # smoke: the same weights and noise on both sides must give the same latents
+            ours["max_abs_diff_vs_reference"] = float((ours.pop("latents") - ref_row.pop("latents")).abs().max())
+            print(f"{variant}: max |ours - reference| over the latents = {ours['max_abs_diff_vs_reference']:.2e}")
+        if rows and rows[-1][1] == "reference":
+            rows[-1][2].pop("latents", None)  # not JSON
+        rows.append((variant, "ours", ours))
         if args.compile:
             rows.append((variant, "ours compile", run_ours(variant, frames, device, dtype, warmup, repeats,
                                                            args.smoke, compile=True)))  # fmt: skip

@@ -41,3 +41,5 @@ def test_smoke_side_by_side_with_the_reference(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["run"] for r in rows] == ["reference", "ours"]
     assert all(r["fps"] > 0 for r in rows)
+    # same weights and the reference's own noise draws at the real geometry: the same latents
+    assert rows[1]["max_abs_diff_vs_reference"] < 1e-4
