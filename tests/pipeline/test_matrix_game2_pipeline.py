@@ -235,3 +235,41 @@ def test_live_session_rows_written_block_by_block(path):
             live.extend_actions(keyboard[:, a:z], None if mouse is None else mouse[:, a:z])
         got.append(pipe.denoise_block(state, action=live.for_block(state.next_frame, n)).latents)
     torch.testing.assert_close(torch.cat(got, 1), expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_first_call_intermediates(path):
+    """The stored `first_call.debug.*` tensors (block 0, step 0): embeddings, each block's attentions, action
+    module input/output and output, and the head, captured with forward hooks on the same modules."""
+    from inferix_core.cache import KVCacheSpec, create_kv_cache
+
+    info, t, model, sampling, cache_cfg, cond = build(path)
+    stored = {k.removeprefix("first_call.debug."): v for k, v in t.items() if k.startswith("first_call.debug.")}
+    if not stored:
+        pytest.skip("this fixture stores no first-call intermediates")
+    got, hooks = {}, []
+    modules = dict(model.named_modules())
+
+    def record(name, what):
+        def hook(module, inputs, output):  # returns None: a hook's return value would replace the output
+            got.setdefault(name, (inputs[0] if what == "input" else output).clone())
+
+        return hook
+
+    for name in stored:
+        what = "input" if name.endswith(".input") else "output"
+        target = name.removesuffix(".input").removesuffix(".output")
+        hooks.append(modules[target].register_forward_hook(record(name, what)))
+    _, _, F, H, W = info["pipeline"]["latent_shape"]
+    n, cfg = sampling.block_frames, model.config
+    spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.frame_tokens(H, W), n, 1, max_frames=F)
+    cache = model.extend_kv_cache(create_kv_cache(cache_cfg, spec), cache_cfg, spec)
+    with torch.no_grad():
+        ctx = model.prepare_context(t["visual_context"])
+        cache.begin(0, n)
+        model(t["block0.step0.input"], t["block0.step0.timestep"], ctx, cache, 0, cond.for_block(0, n))
+    for h in hooks:
+        h.remove()
+    assert set(got) == set(stored)
+    for name, ref in stored.items():
+        torch.testing.assert_close(got[name].reshape(ref.shape), ref, atol=ATOL, rtol=0, msg=name)
