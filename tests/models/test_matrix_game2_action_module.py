@@ -15,9 +15,9 @@ from inferix_core.cache.ring import RingKVCache
 from inferix_core.models.wan.action_module import (
     ACTION_HEAD_DIM,
     ActionConfig,
-    ActionInputs,
     ActionKVCache,
     ActionModule,
+    action_inputs,
     action_rope_table,
     apply_action_rope,
 )
@@ -65,13 +65,15 @@ def run_calls(path, mutate=None, main_sink: int = 0):
             for c in range(call["calls_per_block"]):
                 records.clear()
                 kv.begin(start, n)
-                act = ActionInputs(
+                act = action_inputs(
+                    module.config,
                     t["keyboard_cond"][:, :rows],
                     t["mouse_cond"][:, :rows] if "mouse_cond" in t else None,
                     start,
+                    n,
                     s,
-                    *kv.action_views(layer),
                 )
+                act = act._replace(**dict(zip(("mouse_kv", "keyboard_kv"), kv.action_views(layer), strict=True)))
                 outputs[(b, c)] = module(t[f"block{b}.call{c}.hidden_states"], act)
                 if b in call["debug_blocks"] and c == 0:
                     caches[("debug", b)] = dict(records)

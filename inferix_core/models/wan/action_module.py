@@ -145,14 +145,49 @@ def apply_action_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> 
 
 
 class ActionInputs(NamedTuple):
-    """What one block's action module gets in one transformer call."""
+    """What an action module gets in one transformer call: fixed-shape windows and RoPE tables (built once per
+    call by `action_inputs`, outside any compiled graph: the raw tracks grow every block) and the cache views."""
 
-    keyboard: torch.Tensor  # (B, N, keyboard_dim_in), rows of pixel frames 0..N-1
-    mouse: torch.Tensor | None  # (B, N, mouse_dim_in) or None (keyboard-only variants)
-    start_frame: int  # absolute latent frame of the chunk's first frame
+    keyboard_windows: torch.Tensor  # (B, n, r·ws, keyboard_dim_in): each latent frame's window of rows
+    mouse_windows: torch.Tensor | None  # (B, n, r·ws, mouse_dim_in), or None (keyboard-only variants)
+    cos: torch.Tensor  # (n, 64) float32 action-RoPE table of the chunk's absolute latent frames
+    sin: torch.Tensor
     frame_tokens: int  # spatial tokens per latent frame (h·w after patchify)
-    mouse_kv: object | None  # LayerKV-like view of the mouse cache (update(k, v) -> (k_all, v_all)) or None
-    keyboard_kv: object | None
+    mouse_kv: object | None = None  # LayerKV-like view of the mouse cache (update(k, v) -> (k_all, v_all))
+    keyboard_kv: object | None = None
+
+
+def window_index(config: ActionConfig, start_frame: int, num_frames: int, device=None) -> torch.Tensor:
+    """(n, r·ws) row indices of each frame's window: r·f − r·ws … r·f − 1, clamped at row 0 (the padding)."""
+    r, rows = config.vae_time_compression_ratio, config.window_rows
+    frames = torch.arange(start_frame, start_frame + num_frames, device=device)
+    return (r * frames[:, None] + torch.arange(-rows, 0, device=device)[None, :]).clamp_min(0)
+
+
+def action_inputs(config: ActionConfig, keyboard: torch.Tensor, mouse: torch.Tensor | None, start_frame: int,
+                  num_frames: int, frame_tokens: int, dtype: torch.dtype | None = None) -> ActionInputs:  # fmt: skip
+    """Gather the chunk's windows from the per-pixel-frame tracks (B, N, ·) and build its RoPE table.
+
+    The tracks must hold at least the rows the windows read (1 + 4·(start_frame + n − 1) rows, as the
+    authors pass, covers them). Built on the tracks' device: no host copy inside the block loop.
+    """
+    need = config.vae_time_compression_ratio * (start_frame + num_frames - 1)  # rows 0..need-1 are read
+    if keyboard.shape[1] < max(need, 1):
+        raise ShapeMismatchError(
+            f"keyboard actions have {keyboard.shape[1]} rows; the chunk at latent frame {start_frame} needs "
+            f"{1 + need} (one row per pixel frame, 1 + 4·(last latent frame))"
+        )
+    if config.enable_mouse:
+        if mouse is None:
+            raise ConfigError("this Matrix-Game variant takes mouse actions; pass zeros for no camera movement")
+        if mouse.shape[1] < max(need, 1):
+            raise ShapeMismatchError(f"mouse actions have {mouse.shape[1]} rows; the chunk needs {1 + need}")
+    idx = window_index(config, start_frame, num_frames, keyboard.device)
+    positions = torch.arange(start_frame, start_frame + num_frames, device=keyboard.device)
+    cos, sin = action_rope_table(positions, config.mouse_qk_dim_list, config.rope_theta)
+    cast = (lambda t: t) if dtype is None else (lambda t: t.to(dtype))
+    mouse_windows = cast(mouse[:, idx]) if config.enable_mouse else None
+    return ActionInputs(cast(keyboard[:, idx]), mouse_windows, cos, sin, frame_tokens)
 
 
 class ActionModule(nn.Module):
@@ -185,36 +220,17 @@ class ActionModule(nn.Module):
         self.proj_keyboard = nn.Linear(kc, dim, bias=bias)
         self.attend = get_attention_backend("sdpa").attend
 
-    def window_index(self, start_frame: int, num_frames: int) -> torch.Tensor:
-        """(n, r·ws) row indices of each frame's window: r·f − r·ws … r·f − 1, clamped at row 0 (the padding)."""
-        r, rows = self.config.vae_time_compression_ratio, self.config.window_rows
-        frames = torch.arange(start_frame, start_frame + num_frames)
-        return (r * frames[:, None] + torch.arange(-rows, 0)[None, :]).clamp_min(0)
-
     def forward(self, x: torch.Tensor, act: ActionInputs) -> torch.Tensor:
         """x (B, n·S, dim) in (frame, location) order → x plus the mouse and keyboard residuals."""
         cfg = self.config
         b, tokens, dim = x.shape
         s = act.frame_tokens
         n = tokens // s
-        need = cfg.vae_time_compression_ratio * (act.start_frame + n - 1)  # rows 0..need-1 are read
-        if act.keyboard.shape[1] < max(need, 1):
-            raise ShapeMismatchError(
-                f"keyboard actions have {act.keyboard.shape[1]} rows; the chunk at latent frame {act.start_frame} "
-                f"needs {1 + need} (one row per pixel frame, 1 + 4·(last latent frame))"
-            )
-        idx = self.window_index(act.start_frame, n).to(x.device)  # (n, rows)
-        positions = torch.arange(act.start_frame, act.start_frame + n, device=x.device)
-        cos, sin = action_rope_table(positions, cfg.mouse_qk_dim_list, cfg.rope_theta)
-        heads = cfg.heads_num
+        cos, sin, heads = act.cos, act.sin, cfg.heads_num
         if cfg.enable_mouse:
-            if act.mouse is None:
-                raise ConfigError("this Matrix-Game variant takes mouse actions; pass zeros for no camera movement")
-            if act.mouse.shape[1] < max(need, 1):
-                raise ShapeMismatchError(f"mouse actions have {act.mouse.shape[1]} rows; need {1 + need}")
             # one sequence of n frames per location: (B·S, n, dim), then [hidden ; window rows flattened]
             hs = x.view(b, n, s, dim).transpose(1, 2).reshape(b * s, n, dim)
-            window = act.mouse.to(x.dtype)[:, idx].flatten(2)  # (B, n, rows·2), row-major
+            window = act.mouse_windows.to(x.dtype).flatten(2)  # (B, n, rows·2), row-major
             window = window[:, None].expand(b, s, n, window.shape[-1]).reshape(b * s, n, -1)
             z = self.mouse_mlp(torch.cat([hs, window], dim=-1))
             q, k, v = self.t_qkv(z).view(b * s, n, 3, heads, ACTION_HEAD_DIM).unbind(2)
@@ -224,7 +240,7 @@ class ActionModule(nn.Module):
             attn = attn.reshape(b, s, n, -1).transpose(1, 2).reshape(b, n * s, -1)
             x = x + self.proj_mouse(attn)
         # keyboard: one key/value per latent frame from its window's embedded rows
-        window = self.keyboard_embed(act.keyboard.to(x.dtype)[:, idx])  # (B, n, rows, hs)
+        window = self.keyboard_embed(act.keyboard_windows.to(x.dtype))  # (B, n, rows, hs)
         k, v = self.keyboard_attn_kv(window.flatten(2)).view(b, n, 2, heads, ACTION_HEAD_DIM).unbind(2)
         q = self.mouse_attn_q(x).view(b, n * s, heads, ACTION_HEAD_DIM)
         q = apply_action_rope(self.key_attn_q_norm(q), cos.repeat_interleave(s, dim=0), sin.repeat_interleave(s, dim=0))
@@ -265,7 +281,7 @@ class ActionKVCache:
         from ...cache import KVCacheConfig, KVCacheSpec
         from ...cache.ring import RingKVCache
 
-        if type(main).__name__ != "RingKVCache":
+        if not isinstance(main, RingKVCache):
             log.info("Matrix-Game action caches stay resident rings beside the %s main cache", type(main).__name__)
         config = KVCacheConfig(window_frames=cache_config.window_frames, sink_frames=0)
         layers = sorted(action.blocks)

@@ -16,7 +16,7 @@ from torch import nn
 
 from ...attention import get_attention_backend
 from ...errors import BackendUnavailableError, ConfigError
-from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput
+from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput, action_inputs
 from .config import WanConfig
 from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoidal_embedding
 
@@ -255,13 +255,17 @@ class CausalWanTransformer(nn.Module):
             if game is not None:
                 raise BackendUnavailableError("sequence parallelism does not split Matrix-Game's action modules yet")
             x, freqs, kv_cache = sp.shard(self, x, freqs, grid, kv_cache)
-        # 4. blocks
+        # 4. blocks (action windows and RoPE built once per call, here, outside the compiled blocks)
+        actions: ActionInputs | None = None
+        if game is not None:
+            actions = action_inputs(cfg.action_config, game.keyboard, game.mouse, start_frame, grid[0],
+                                    grid[1] * grid[2], x.dtype)  # fmt: skip
         for i, block in enumerate(self.blocks):
             kv = kv_cache.layer(i) if kv_cache is not None else None
             act = None
-            if game is not None and block.action_model is not None:
+            if actions is not None and block.action_model is not None:
                 mouse_kv, keyboard_kv = kv_cache.action_views(i) if kv_cache is not None else (None, None)
-                act = ActionInputs(game.keyboard, game.mouse, start_frame, grid[1] * grid[2], mouse_kv, keyboard_kv)
+                act = actions._replace(mouse_kv=mouse_kv, keyboard_kv=keyboard_kv)
             x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask, act)
         # 5. head + unpatchify: feature j = ((p*ph + q)*pw + r)*C_out + c lands at (c, f*pt+p, h*ph+q, w*pw+r)
         out = self.head(x, e.unflatten(0, timestep.shape).unsqueeze(2), grid[0])  # (B, F, hw, out)
