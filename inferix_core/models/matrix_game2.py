@@ -168,10 +168,16 @@ class MatrixGameConditioning:
 
     def extend_actions(self, keyboard: torch.Tensor, mouse: torch.Tensor | None = None) -> None:
         """Append action rows (B, r, K) / (B, r, 2), e.g. the next block's 4·n rows in a live session."""
+        if (mouse is None) != (self.mouse is None):
+            raise ConfigError(
+                "this run has a mouse track; pass mouse rows too (zeros for no movement)"
+                if mouse is None
+                else "this run has no mouse track (a keyboard-only variant); pass keyboard rows only"
+            )
+        if mouse is not None and mouse.shape[1] != keyboard.shape[1]:
+            raise ShapeMismatchError(f"{keyboard.shape[1]} keyboard rows but {mouse.shape[1]} mouse rows; give both")
         self.keyboard = torch.cat([self.keyboard, keyboard.to(self.keyboard)], dim=1)
-        if self.mouse is not None:
-            if mouse is None:
-                raise ConfigError("this run has a mouse track; pass mouse rows too (zeros for no movement)")
+        if mouse is not None:
             self.mouse = torch.cat([self.mouse, mouse.to(self.mouse)], dim=1)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inferix_core.errors import ConfigError
+from inferix_core.errors import ConfigError, ShapeMismatchError
 from inferix_core.models.matrix_game2 import MATRIX_GAME2_VARIANTS, MatrixGameConditioning, matrix_game_request
 from inferix_core.models.registry import load_world_model
 from inferix_core.models.wan.checkpoint import load_wan_checkpoint
@@ -144,3 +144,19 @@ def test_fixture_weights_load_with_their_metadata_config(path):
     assert list(act.blocks) == stored["blocks"] and act.keyboard_dim_in == stored["keyboard_dim_in"]
     assert act.enable_mouse == stored["enable_mouse"] and act.heads_num == stored["heads_num"]
     assert config.clip_dim == info["config"]["clip_dim"] and config.num_heads == info["config"]["num_heads"]
+
+
+def test_conditioning_slices_and_errors():
+    cond = MatrixGameConditioning(torch.randn(1, 20, 6, 4, 4), torch.randn(1, 5, CLIP), torch.zeros(1, 9, 4),
+                                  torch.zeros(1, 9, 2))  # fmt: skip
+    block = cond.for_block(0, 3)
+    assert block.cond_concat.shape[2] == 3 and block.keyboard.shape[1] == block.mouse.shape[1] == 9
+    with pytest.raises(ShapeMismatchError, match="needs 21"):
+        cond.for_block(3, 3)  # only block 0's rows are written so far
+    cond.extend_actions(torch.ones(1, 12, 4), torch.ones(1, 12, 2))
+    block = cond.for_block(3, 3)
+    assert block.keyboard.shape[1] == 21 and torch.equal(block.cond_concat, cond.cond_concat[:, :, 3:6])
+    with pytest.raises(ConfigError, match="mouse"):
+        cond.extend_actions(torch.ones(1, 12, 4))
+    with pytest.raises(ShapeMismatchError, match="6 latent frames"):
+        cond.for_block(6, 3)
