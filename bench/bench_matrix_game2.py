@@ -406,24 +406,46 @@ def main(argv: list[str] | None = None) -> int:
         device, dtype, frames, warmup, repeats = (torch.device("cuda"), torch.bfloat16, args.latent_frames,
                                                   args.warmup, args.repeats)  # fmt: skip
     rows = []
+    failed = []
+
+    def attempt(label: str, fn):
+        """One failing run must not lose the other rows (on the GPU); it is reported, and fails the smoke run."""
+        try:
+            return fn()
+        except Exception as exc:
+            if args.smoke:
+                raise
+            print(f"{label} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
+            failed.append(label)
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
+
     for variant in args.variants.split(","):
         if variant not in MATRIX_GAME2_VARIANTS:
             raise SystemExit(f"unknown variant '{variant}'; expected {', '.join(MATRIX_GAME2_VARIANTS)}")
-        weights = replay = None
+        weights = replay = ref_row = None
         if args.reference_dir is not None:
-            ref_row = run_reference(args.reference_dir, variant, frames, device, dtype, warmup, repeats, args.smoke)
-            rows.append((variant, "reference", ref_row))
-            weights, replay = ref_row.pop("weights", None), ref_row.pop("replay", None)
-        ours = run_ours(variant, frames, device, dtype, warmup, repeats, args.smoke, weights=weights, replay=replay)
-        if weights is not None:  # smoke: the same weights and noise on both sides must give the same latents
-            ours["max_abs_diff_vs_reference"] = float((ours.pop("latents") - ref_row.pop("latents")).abs().max())
+            ref_row = attempt(f"{variant} reference", lambda v=variant: run_reference(
+                args.reference_dir, v, frames, device, dtype, warmup, repeats, args.smoke))  # fmt: skip
+            if ref_row is not None:
+                rows.append((variant, "reference", ref_row))
+                weights, replay = ref_row.pop("weights", None), ref_row.pop("replay", None)
+        ours = attempt(f"{variant} ours", lambda v=variant, w=weights, rp=replay: run_ours(
+            v, frames, device, dtype, warmup, repeats, args.smoke, weights=w, replay=rp))  # fmt: skip
+        if ours is not None and weights is not None:  # smoke: same weights and noise on both sides, same latents
+            ours["max_abs_diff_vs_reference"] = float((ours.pop("latents") - ref_row["latents"]).abs().max())
             print(f"{variant}: max |ours - reference| over the latents = {ours['max_abs_diff_vs_reference']:.2e}")
-        if rows and rows[-1][1] == "reference":
-            rows[-1][2].pop("latents", None)  # not JSON
-        rows.append((variant, "ours", ours))
+        if ref_row is not None:
+            ref_row.pop("latents", None)  # not JSON
+        if ours is not None:
+            rows.append((variant, "ours", ours))
         if args.compile:
-            rows.append((variant, "ours compile", run_ours(variant, frames, device, dtype, warmup, repeats,
-                                                           args.smoke, compile=True)))  # fmt: skip
+            compiled = attempt(f"{variant} ours compile", lambda v=variant: run_ours(
+                v, frames, device, dtype, warmup, repeats, args.smoke, compile=True))  # fmt: skip
+            if compiled is not None:
+                rows.append((variant, "ours compile", compiled))
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)"
     print(
         f"{gpu}, torch {torch.__version__}, 352x640, {frames} latent frames ({pixel_frames(frames)} pixel frames), {dtype}"
@@ -436,10 +458,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['peak_gib']:8.2f} {speed:>7}")  # fmt: skip
     if args.json:
         payload = {"device": gpu, "torch": torch.__version__, "latent_frames": frames, "dtype": str(dtype),
-                   "rows": [{"variant": v, "run": who, **r} for v, who, r in rows]}  # fmt: skip
+                   "rows": [{"variant": v, "run": who, **r} for v, who, r in rows], "failed": failed}  # fmt: skip
         args.json.write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
