@@ -204,6 +204,8 @@ def load_world_model(
             raise ConfigError(f"'{path}' is a Matrix-Game 2.0 model (action modules); use family 'matrix_game2'")
         variant = detect_variant(config)
         spec = Family(fam, variant.description, variant.sampling, variant.cache, fps=16)
+    elif fam == "matrix_game2":
+        raise ConfigError(f"'{path}' has no action modules (blocks.N.action_model.*): it is not a Matrix-Game 2.0 file")
     transformer = _build_transformer(config, state, dev, dt, attention)
     if fp8:
         quantize_linears_fp8(transformer)

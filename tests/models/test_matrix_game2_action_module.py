@@ -171,6 +171,9 @@ def test_action_caches_follow_the_main_cache(window):
         assert kv.mouse.resident_frames() == kv.keyboard.resident_frames() == []
     else:
         assert kv.main.resident_frames() == kv.keyboard.resident_frames() == list(range(12))
+    stats = kv.stats()
+    assert stats["action_resident_bytes"] > 0
+    assert stats["resident_bytes"] == kv.main.stats()["resident_bytes"] + stats["action_resident_bytes"]
     kv.reset()
     assert kv.main.end_frame == kv.mouse.end_frame == kv.keyboard.end_frame == 0
     assert kv.attended_tokens == 0  # everything else is the main cache's

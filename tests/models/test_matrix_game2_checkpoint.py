@@ -128,6 +128,18 @@ def test_bare_keys_and_wrong_family(tmp_path):
         load_world_model(str(path), family="self_forcing", device="cpu", dtype="fp32")
 
 
+def test_matrix_game_family_needs_action_modules(tmp_path):
+    from inferix_core.models.wan.checkpoint import save_wan_checkpoint
+    from inferix_core.models.wan.config import WanConfig
+    from tests.models.wan_state import random_wan_state_dict
+
+    cfg = WanConfig(dim=128, ffn_dim=64, freq_dim=16, text_dim=32, num_heads=1, num_layers=1)
+    path = tmp_path / "model.safetensors"
+    save_wan_checkpoint(random_wan_state_dict(cfg), path, config=cfg)
+    with pytest.raises(ConfigError, match="not a Matrix-Game"):
+        load_world_model(str(path), family="matrix_game2", device="cpu", dtype="fp32")
+
+
 def test_unreleased_action_width_is_refused(tmp_path):
     path = tmp_path / "model.safetensors"
     save_file(released_state(5, True), str(path))

@@ -317,6 +317,14 @@ class ActionKVCache:
     def layer(self, index: int):
         return self.main.layer(index)
 
+    def stats(self) -> dict:
+        """The main cache's stats; resident_bytes includes the action caches (also given on their own)."""
+        out = dict(self.main.stats())
+        action = sum(c.stats()["resident_bytes"] for c in (self.mouse, self.keyboard) if c is not None)
+        out["action_resident_bytes"] = action
+        out["resident_bytes"] = out.get("resident_bytes", 0) + action
+        return out
+
     def __getattr__(self, name: str):  # everything else is the main cache's
         if name == "main":
             raise AttributeError(name)
