@@ -290,3 +290,25 @@ def test_cuda_eager_and_compiled_match_the_fixture(path):
             compile_blocks(model)
         out = _run(model, sampling, cache_cfg, cond, t, info["pipeline"]["num_blocks"]).cpu()
         torch.testing.assert_close(out, to_bfchw(t["output_latents"]), atol=5e-3, rtol=0)
+
+
+def test_compiled_blocks_capture_once():
+    """Compiled blocks (dynamo, eager backend: no C++ compiler needed) capture their graphs in the first block
+    and never again, although the action tracks grow every block; the result stays the reference's."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    path = FILES[0]
+    info, t, model, sampling, cache_cfg, cond = build(path)
+    torch._dynamo.reset()
+    counters.clear()
+    for block in model.blocks:
+        block.compile(backend="eager", dynamic=False)
+    pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
+    graphs, outs = [], []
+    for out in pipe.stream(matrix_game_request(cond, info["pipeline"]["num_blocks"], noise=FixtureNoise(t))):
+        graphs.append(counters["stats"]["unique_graphs"])
+        outs.append(out.latents)
+    torch._dynamo.reset()
+    assert graphs[0] > 0 and len(set(graphs)) == 1, graphs
+    torch.testing.assert_close(torch.cat(outs, 1), to_bfchw(t["output_latents"]), atol=ATOL, rtol=0)
