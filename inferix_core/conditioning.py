@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from .errors import ConfigError, ShapeMismatchError
+from .models.matrix_game2 import MatrixGameConditioning
 from .models.registry import WorldModel
-from .pipeline import SamplingConfig
+from .pipeline import GenerationRequest, SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -122,3 +123,17 @@ def encode_start_frames(
     with torch.no_grad():
         latents = vae.encode(video)  # (1, C, F0, h, w) normalised
     return latents.permute(0, 2, 1, 3, 4).to(world_model.device, world_model.dtype)  # (1, F0, C, h, w)
+
+
+def matrix_game_request(cond: MatrixGameConditioning, num_blocks: int, *, seed: int = 0, noise=None,
+                        block_frames: int = 3) -> GenerationRequest:  # fmt: skip
+    """A GenerationRequest for a Matrix-Game run of `num_blocks` blocks (latent size from cond_concat)."""
+    if cond.num_latent_frames < num_blocks * block_frames:
+        raise ShapeMismatchError(
+            f"cond_concat has {cond.num_latent_frames} latent frames; {num_blocks} blocks need {num_blocks * block_frames}"
+        )
+    b, _, _, h, w = cond.cond_concat.shape
+    return GenerationRequest(
+        num_blocks=num_blocks, latent_height=h, latent_width=w, context=cond.visual_context, seed=seed,
+        batch_size=b, noise=noise, actions=cond,
+    )  # fmt: skip

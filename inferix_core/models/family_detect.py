@@ -96,6 +96,13 @@ def _wan_14b(f: FileFacts):
     return None
 
 
+@register_rule("weights")
+def _matrix_game2(f: FileFacts):
+    if getattr(f.config, "action_config", None) is not None:
+        return "matrix_game2", "action modules in the weights (blocks.N.action_model.*): Matrix-Game 2.0"
+    return None
+
+
 # --- 2. metadata -----------------------------------------------------------------------------------
 
 _REPO_FAMILY = {

@@ -23,6 +23,7 @@ from .block_swap import enable_block_swap
 from .family_detect import FamilyChoice, FileFacts, detect_family
 from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
 from .lora import LoraArg, lora_label, merge_lora_files
+from .matrix_game2 import MATRIX_GAME2_VARIANTS, detect_variant
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -117,6 +118,12 @@ FAMILIES: dict[str, Family] = {
         weights="generator",  # a flat safetensors file: there is only one set of weights
         reference="krea-ai/realtime-video@acf4b7b release_server.py (GenerateParams, recompute_kv_cache), v2v.py",
     ),
+    "matrix_game2": Family(  # variant (universal / gta_drive / templerun) from the weights: models/matrix_game2.py
+        "matrix_game2",
+        "Matrix-Game 2.0 (image-started causal Wan 2.1 1.3B driven by keyboard and mouse)",
+        MATRIX_GAME2_VARIANTS["universal"].sampling,
+        MATRIX_GAME2_VARIANTS["universal"].cache,
+    ),
     "bundled": Family(
         "bundled",
         "Inferix bundled toy world model (action-conditioned, CPU-sized)",
@@ -161,6 +168,7 @@ class WorldModel:
     source: str = ""
     default_size: tuple[int, int] | None = None  # (width, height) the model was trained at, if it has one
     family_reason: str = ""  # why this family (the argument, or the evidence found in the file)
+    variant: str = ""  # Matrix-Game 2.0: universal, gta_drive or templerun
 
     @property
     def device(self) -> torch.device:
@@ -181,7 +189,7 @@ class WorldModel:
     def describe(self) -> str:
         c = self.config
         lines = [
-            f"family: {self.family} ({get_family(self.family).description})",
+            f"family: {self.family} ({MATRIX_GAME2_VARIANTS[self.variant].description if self.variant else get_family(self.family).description})",
             *([f"family chosen because: {self.family_reason}"] if self.family_reason else []),
             f"source: {self.source}",
             f"transformer: {c.num_layers} layers, dim {c.dim}, {c.num_heads} heads × {c.head_dim}, ffn {c.ffn_dim}, "
@@ -344,6 +352,14 @@ def load_world_model(
         resident_blocks = _planned_resident_blocks(
             config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement
         )
+    variant = None
+    if config.action_config is not None:  # Matrix-Game 2.0 weights (blocks.N.action_model.*, img_emb, in_dim 36)
+        if choice.family != "matrix_game2":
+            raise ConfigError(f"'{path}' is a Matrix-Game 2.0 model (action modules); use family 'matrix_game2'")
+        variant = detect_variant(config)
+        spec = Family(choice.family, variant.description, variant.sampling, variant.cache, fps=16)
+    elif choice.family == "matrix_game2":
+        raise ConfigError(f"'{path}' has no action modules (blocks.N.action_model.*): it is not a Matrix-Game 2.0 file")
     transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8, fp8_weights)
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
@@ -370,6 +386,7 @@ def load_world_model(
         + (f", '{info.container_key}' weights" if info.container_key else "")
         + f"){lora_label(lora)}",
         family_reason=choice.reason,
+        variant=variant.name if variant else "",
     )
     return _maybe_compile(model, compile)
 

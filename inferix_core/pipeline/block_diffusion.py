@@ -61,11 +61,13 @@ class GenerationRequest:
     num_blocks: int
     latent_height: int
     latent_width: int
-    context: torch.Tensor  # (B, L, text_dim) prompt embedding
+    context: torch.Tensor  # (B, L, text_dim) prompt embedding, or (B, L, clip_dim) image tokens (Matrix-Game)
     seed: int = 0
     batch_size: int = 1
     noise: SeededNoise | object | None = None  # anything with initial() and step(); default SeededNoise(seed)
-    actions: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None  # (B, F, A) or fn(start, n)
+    # (B, F, A) or fn(start, n), or an object with for_block(start, n) (MatrixGameConditioning) whose result the
+    # model takes as `action` in every call of that block
+    actions: torch.Tensor | Callable[[int, int], torch.Tensor] | object | None = None
     prompt_schedule: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (block index, context)
     initial_latents: torch.Tensor | None = None  # clean frames to continue from (B, F0, C, H, W)
     # at a prompt_schedule switch: False = hard switch (cached K/V kept), True = LongLive's KV re-cache
@@ -158,11 +160,12 @@ class BlockDiffusionPipeline:
         cfg.frame_tokens(req.latent_height, req.latent_width)  # raises if not divisible by the patch
         if req.num_blocks < 1:
             raise ConfigError(f"num_blocks must be >= 1, got {req.num_blocks}")
-        if req.context.dim() != 3 or req.context.shape[-1] != cfg.text_dim:
+        if req.context.dim() != 3 or req.context.shape[-1] != cfg.context_dim:
+            what = "image tokens" if cfg.image_context else "prompt embedding"
             raise ShapeMismatchError(
-                f"prompt embedding has shape {tuple(req.context.shape)}; expected (B, L, {cfg.text_dim})"
+                f"{what} have shape {tuple(req.context.shape)}; expected (B, L, {cfg.context_dim})"
             )
-        if req.actions is not None and not cfg.action_dim:
+        if req.actions is not None and not (cfg.action_dim or cfg.action_config):
             raise ConfigError("actions were given but this model has no action input")
 
     def generate(self, request: GenerationRequest, hooks: PipelineHooks | None = None) -> torch.Tensor:
@@ -177,7 +180,7 @@ class BlockDiffusionPipeline:
         h, w, bsz = request.latent_height, request.latent_width, request.batch_size
         num_initial = 0 if request.initial_latents is None else request.initial_latents.shape[1]
         total_frames = num_initial + request.num_blocks * n
-        shape = (bsz, request.num_blocks * n, cfg.in_dim, h, w)
+        shape = (bsz, request.num_blocks * n, cfg.out_dim, h, w)
 
         # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
@@ -245,7 +248,7 @@ class BlockDiffusionPipeline:
             max_frames=max_frames,
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
-        cache = create_kv_cache(self.cache_config, spec)
+        cache = self.model.extend_kv_cache(create_kv_cache(self.cache_config, spec), self.cache_config, spec)
         self.kv_cache = cache
         text = self.model.prepare_context(to_device_async(context, self.device))
         return StreamState(
@@ -309,7 +312,7 @@ class BlockDiffusionPipeline:
         hooks = hooks or PipelineHooks()
         cfg, n = self.model.config, self.sampling.block_frames
         index, start = state.next_block, state.next_frame
-        shape = (state.batch_size, n, cfg.in_dim, state.latent_height, state.latent_width)
+        shape = (state.batch_size, n, cfg.out_dim, state.latent_height, state.latent_width)
         t0 = time.perf_counter()
         hooks.on_block_start(index, start)
         if context is not None:
@@ -384,7 +387,7 @@ class BlockDiffusionPipeline:
         """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout."""
         state.cache.begin(start, num_frames)
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
-        if action is not None:
+        if isinstance(action, torch.Tensor):
             action = to_device_async(action, self.device)
         flow = self.model(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
@@ -394,6 +397,8 @@ class BlockDiffusionPipeline:
     def _actions(self, request: GenerationRequest, start: int, num_frames: int) -> torch.Tensor | None:
         if request.actions is None:
             return None
+        if hasattr(request.actions, "for_block"):  # block conditioning (Matrix-Game): the object slices itself
+            return request.actions.for_block(start, num_frames).to(self.device, self.dtype)
         if callable(request.actions):
             act = request.actions(start, num_frames)
         else:

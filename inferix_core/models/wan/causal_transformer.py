@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from ...attention import get_attention_backend
+from ...errors import BackendUnavailableError, ConfigError
+from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput, action_inputs
 from .config import WanConfig
 from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoidal_embedding
 
@@ -78,9 +80,12 @@ class CrossAttention(_Attention):
 
 
 class AttentionBlock(nn.Module):
-    def __init__(self, config: WanConfig):
+    def __init__(self, config: WanConfig, index: int = 0):
         super().__init__()
         d = config.dim
+        act = config.action_config
+        # Matrix-Game 2.0: an ActionModule between the cross-attention and the FFN of the listed blocks
+        self.action_model = ActionModule(act, d) if act is not None and index in act.blocks else None
         self.norm1 = LayerNorm(d, config.eps, elementwise_affine=False)
         self.self_attn = SelfAttention(config)
         self.norm3 = LayerNorm(d, config.eps, elementwise_affine=True) if config.cross_attn_norm else nn.Identity()
@@ -91,7 +96,7 @@ class AttentionBlock(nn.Module):
         )
         self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)
 
-    def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None):
+    def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None, action: ActionInputs | None = None):
         # x: (B, F*HW, C); e0: (B, F, 6, C) -> six (B, F, 1, C) rows, one per frame
         e = (self.modulation.unsqueeze(1) + e0).chunk(6, dim=2)
 
@@ -101,8 +106,27 @@ class AttentionBlock(nn.Module):
         y = self.self_attn((per_frame(self.norm1(x)) * (1 + e[1]) + e[0]).flatten(1, 2), freqs, kv, mask)
         x = x + (per_frame(y) * e[2]).flatten(1, 2)
         x = x + self.cross_attn(self.norm3(x), ctx_k, ctx_v)
+        if self.action_model is not None:
+            x = self.action_model(x, action)  # its own residuals, neither gated nor modulated
         y = self.ffn((per_frame(self.norm2(x)) * (1 + e[4]) + e[3]).flatten(1, 2))
         return x + (per_frame(y) * e[5]).flatten(1, 2)
+
+
+class ImageProjection(nn.Module):
+    """Wan's MLPProj over CLIP tokens: LayerNorm → Linear → GELU (exact) → Linear → LayerNorm, eps 1e-5."""
+
+    def __init__(self, clip_dim: int, dim: int):
+        super().__init__()
+        self.proj = nn.Sequential(
+            LayerNorm(clip_dim, eps=1e-5),
+            nn.Linear(clip_dim, clip_dim),
+            nn.GELU(),
+            nn.Linear(clip_dim, dim),
+            LayerNorm(dim, eps=1e-5),
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.proj(tokens)
 
 
 class Head(nn.Module):
@@ -129,13 +153,18 @@ class CausalWanTransformer(nn.Module):
         d = config.dim
         # 1. patch + text + time (+ action) embeddings
         self.patch_embedding = nn.Conv3d(config.in_dim, d, kernel_size=config.patch_size, stride=config.patch_size)
-        self.text_embedding = nn.Sequential(nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
+        if config.image_context:  # Matrix-Game 2.0: projected CLIP tokens instead of text
+            self.img_emb = ImageProjection(config.clip_dim, d)
+        else:
+            self.text_embedding = nn.Sequential(
+                nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d)
+            )
         self.time_embedding = nn.Sequential(nn.Linear(config.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
         if config.action_dim:
             self.action_embedding = nn.Sequential(nn.Linear(config.action_dim, d), nn.SiLU(), nn.Linear(d, d))
         # 2. transformer blocks
-        self.blocks = nn.ModuleList(AttentionBlock(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(AttentionBlock(config, i) for i in range(config.num_layers))
         # 3. output head
         self.head = Head(config)
         self.rope = RotaryEmbedding3D(config.head_dim)
@@ -151,10 +180,18 @@ class CausalWanTransformer(nn.Module):
         return self.text_embedding(context)
 
     def prepare_context(self, context: torch.Tensor) -> CrossAttentionCache:
-        """Compute every layer's cross-attention K/V for a prompt embedding once."""
-        ctx = self.embed_text(context.to(self.patch_embedding.weight.dtype))
+        """Compute every layer's cross-attention K/V once: for a prompt embedding (B, L, text_dim), or for
+        image-context models the CLIP tokens (B, L, clip_dim) of the start image."""
+        context = context.to(self.patch_embedding.weight.dtype)
+        ctx = self.img_emb(context) if self.config.image_context else self.embed_text(context)
         kvs = [block.cross_attn.context_kv(ctx) for block in self.blocks]
         return CrossAttentionCache([k for k, _ in kvs], [v for _, v in kvs])
+
+    def extend_kv_cache(self, cache, cache_config, spec):
+        """The cache a pipeline should use: `cache` itself, or with Matrix-Game's action caches around it."""
+        if self.config.action_config is None:
+            return cache
+        return ActionKVCache.build(cache, cache_config, spec, self.config.action_config)
 
     # -- forward -------------------------------------------------------------------------------------
     def forward(
@@ -176,7 +213,8 @@ class CausalWanTransformer(nn.Module):
             context: text embedding (B, L, text_dim) or a prepared CrossAttentionCache.
             kv_cache: cache whose `begin(start_frame, F)` the caller has run, or None (attend within x).
             start_frame: absolute index of the chunk's first latent frame (RoPE temporal position).
-            action: (B, F, action_dim) for action-conditioned models.
+            action: (B, F, action_dim) for the bundled model's action embedding; for Matrix-Game models a
+                MatrixGameBlockInput (cond_concat slice + action rows) whose cond_concat is concatenated to x.
             frame_positions: (F,) explicit temporal positions (teacher forcing); default start_frame + arange(F).
             attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None.
         Returns:
@@ -187,6 +225,16 @@ class CausalWanTransformer(nn.Module):
         pt, ph, pw = cfg.patch_size
         if isinstance(context, torch.Tensor):
             context = self.prepare_context(context)
+        game = None
+        if isinstance(action, MatrixGameBlockInput):
+            if cfg.action_config is None:
+                raise ConfigError("Matrix-Game conditioning was given but this model has no action modules")
+            game, action = action, None
+            x = torch.cat([x, game.cond_concat.to(x.dtype)], dim=1)  # [noise (16) ; mask (4) ; image latent (16)]
+        elif cfg.action_config is not None:
+            raise ConfigError("this Matrix-Game model needs action=MatrixGameBlockInput(cond_concat, keyboard, mouse)")
+        if game is not None and kv_cache is not None and not hasattr(kv_cache, "action_views"):
+            raise ConfigError("Matrix-Game needs its action caches: pass model.extend_kv_cache(cache, config, spec)")
         # 1. patchify: (B, C, F, H, W) -> (B, F*h*w, dim) in (f, h, w) order
         x = self.patch_embedding(x.to(self.patch_embedding.weight.dtype))
         grid = x.shape[2:]  # (f, h, w)
@@ -204,11 +252,21 @@ class CausalWanTransformer(nn.Module):
         freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
         sp = self.sequence_parallel
         if sp is not None:  # keep this rank's tokens of every frame; the cache then stores H/N heads
+            if game is not None:
+                raise BackendUnavailableError("sequence parallelism does not split Matrix-Game's action modules yet")
             x, freqs, kv_cache = sp.shard(self, x, freqs, grid, kv_cache)
-        # 4. blocks
+        # 4. blocks (action windows and RoPE built once per call, here, outside the compiled blocks)
+        actions: ActionInputs | None = None
+        if game is not None:
+            actions = action_inputs(cfg.action_config, game.keyboard, game.mouse, start_frame, grid[0],
+                                    grid[1] * grid[2], x.dtype)  # fmt: skip
         for i, block in enumerate(self.blocks):
             kv = kv_cache.layer(i) if kv_cache is not None else None
-            x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask)
+            act = None
+            if actions is not None and block.action_model is not None:
+                mouse_kv, keyboard_kv = kv_cache.action_views(i) if kv_cache is not None else (None, None)
+                act = actions._replace(mouse_kv=mouse_kv, keyboard_kv=keyboard_kv)
+            x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask, act)
         # 5. head + unpatchify: feature j = ((p*ph + q)*pw + r)*C_out + c lands at (c, f*pt+p, h*ph+q, w*pw+r)
         out = self.head(x, e.unflatten(0, timestep.shape).unsqueeze(2), grid[0])  # (B, F, hw, out)
         if sp is not None:

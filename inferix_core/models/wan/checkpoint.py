@@ -151,6 +151,8 @@ def _family_hints(config: WanConfig, path: Path, container: str | None) -> tuple
         hints.append("training_checkpoint")
     if config.action_dim:
         hints.append("action")
+    if config.action_config is not None:  # Matrix-Game 2.0's action modules: its family whatever the name
+        hints.insert(0, "matrix_game2")
     return tuple(hints)
 
 
@@ -302,8 +304,14 @@ def _check_metadata_config(config: WanConfig, metadata: Mapping[str, str], sourc
     if stored is None:
         return
     mine = config.to_dict()
+
+    def differs(v, m) -> bool:  # nested dicts (Matrix-Game's action_config): only the keys the file has
+        if isinstance(v, dict) and isinstance(m, dict):
+            return any(k not in m or differs(x, m[k]) for k, x in v.items())
+        return (list(v) if isinstance(v, tuple) else v) != (list(m) if isinstance(m, tuple) else m)
+
     diff = [f"{k}: file says {v!r}, shapes say {mine[k]!r}" for k, v in stored.items()
-            if k in mine and (list(v) if isinstance(v, tuple) else v) != mine[k]]  # fmt: skip
+            if k in mine and differs(v, mine[k])]  # fmt: skip
     if diff:
         raise CheckpointLayoutError(
             f"{source}: the config in its metadata disagrees with its tensors ({'; '.join(diff)})"

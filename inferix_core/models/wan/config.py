@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError
+from .action_module import ActionConfig
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class WanConfig:
     action_dim: int = 0
     # Image conditioning (I2V): CLIP image embedding projection and extra latent channels.
     has_image_input: bool = False
+    # Matrix-Game 2.0 (image-started, action-driven): the projected CLIP tokens (`img_emb`, input width
+    # clip_dim) are the whole cross-attention context (no text embedding, no k_img/v_img), and the blocks
+    # in action_config.blocks carry an ActionModule. None for every other family.
+    action_config: ActionConfig | None = None
+    clip_dim: int = 1280
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -44,6 +50,18 @@ class WanConfig:
         if len(self.patch_size) != 3:
             raise ConfigError(f"patch_size must be (t, h, w), got {self.patch_size}")
         object.__setattr__(self, "patch_size", tuple(int(p) for p in self.patch_size))
+        if isinstance(self.action_config, dict):
+            object.__setattr__(self, "action_config", ActionConfig.from_dict(self.action_config))
+
+    @property
+    def image_context(self) -> bool:
+        """True when the cross-attention context is CLIP image tokens only (Matrix-Game 2.0), not text."""
+        return self.action_config is not None
+
+    @property
+    def context_dim(self) -> int:
+        """Feature width of the context the pipeline passes: clip_dim for image context, else text_dim."""
+        return self.clip_dim if self.image_context else self.text_dim
 
     @property
     def head_dim(self) -> int:
@@ -78,7 +96,7 @@ class WanConfig:
         pt, ph, pw = self.patch_size
         block = self.block_parameters()
         embed = self.in_dim * pt * ph * pw * d + d
-        text = self.text_dim * d + d + d * d + d
+        text = 0 if self.image_context else self.text_dim * d + d + d * d + d
         time = self.freq_dim * d + d + d * d + d + d * 6 * d + 6 * d
         head = d * pt * ph * pw * self.out_dim + pt * ph * pw * self.out_dim + 2 * d
         return L * block + embed + text + time + head
@@ -86,6 +104,10 @@ class WanConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["patch_size"] = list(self.patch_size)
+        if self.action_config is None:  # only Matrix-Game configs carry these two
+            del d["action_config"], d["clip_dim"]
+        else:
+            d["action_config"] = self.action_config.to_dict()
         return {**d.pop("extra"), **d}  # extra keys flat, so from_dict(to_dict(c)) == c
 
     @classmethod

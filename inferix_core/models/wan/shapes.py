@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from ...errors import CheckpointLayoutError, ConfigError
+from .action_module import expected_action_shapes, infer_action_config
 from .config import WanConfig
 
 WAN_HEAD_DIM = 128  # every released Wan 2.1/2.2 transformer uses 128-dim heads (1.3B: 12 heads, 14B: 40)
@@ -44,6 +45,7 @@ def infer_wan_config(
         raise CheckpointLayoutError(f"transformer blocks are not numbered 0..N-1: found {sorted(layers)}")
     has_image = "img_emb.proj.0.weight" in shapes
     action = shapes.get("action_embedding.0.weight")
+    game = infer_action_config(shapes, dim)  # Matrix-Game 2.0: image-only context + action modules
     try:
         return WanConfig(
             model_type=("flf2v" if "img_emb.emb_pos" in shapes else "i2v") if has_image else "t2v",
@@ -53,7 +55,7 @@ def infer_wan_config(
             dim=dim,
             ffn_dim=int(shapes["blocks.0.ffn.0.weight"][0]),
             freq_dim=int(shapes["time_embedding.0.weight"][1]),
-            text_dim=int(shapes["text_embedding.0.weight"][1]),
+            text_dim=int(shapes["text_embedding.0.weight"][1]) if game is None else 4096,  # unused by Matrix-Game
             out_dim=int(shapes["head.head.weight"][0]) // math.prod(patch),
             num_heads=num_heads,
             num_layers=len(layers),
@@ -61,7 +63,9 @@ def infer_wan_config(
             cross_attn_norm="blocks.0.norm3.weight" in shapes,
             eps=eps,
             action_dim=int(action[1]) if action is not None else 0,
-            has_image_input=has_image,
+            has_image_input=has_image and game is None,
+            action_config=game,
+            clip_dim=int(shapes["img_emb.proj.0.weight"][0]) if has_image else 1280,
         )
     except KeyError as e:
         raise CheckpointLayoutError(f"cannot read the config: tensor {e} is missing") from None
@@ -75,11 +79,12 @@ def expected_wan_shapes(config: WanConfig, clip_dim: int = 1280) -> dict[str, tu
     s: dict[str, tuple[int, ...]] = {
         "patch_embedding.weight": (d, config.in_dim, *config.patch_size),
         "patch_embedding.bias": (d,),
-        **lin("text_embedding.0", d, config.text_dim), **lin("text_embedding.2", d, d),
         **lin("time_embedding.0", d, config.freq_dim), **lin("time_embedding.2", d, d),
         **lin("time_projection.1", 6 * d, d),
         "head.modulation": (1, 2, d), **lin("head.head", out, d),
     }  # fmt: skip
+    if not config.image_context:
+        s.update(lin("text_embedding.0", d, config.text_dim) | lin("text_embedding.2", d, d))
     for i in range(config.num_layers):
         b = f"blocks.{i}"
         s[f"{b}.modulation"] = (1, 6, d)
@@ -97,7 +102,12 @@ def expected_wan_shapes(config: WanConfig, clip_dim: int = 1280) -> dict[str, tu
                 s[f"{b}.cross_attn.norm_k_img.weight"] = (d,)
     if config.action_dim:
         s.update(lin("action_embedding.0", d, config.action_dim) | lin("action_embedding.2", d, d))
-    if config.has_image_input:
+    if config.action_config is not None:
+        for i in config.action_config.blocks:
+            s.update(
+                {f"blocks.{i}.action_model.{k}": v for k, v in expected_action_shapes(config.action_config, d).items()}
+            )
+    if config.has_image_input or config.image_context:
         s.update({"img_emb.proj.0.weight": (clip_dim,), "img_emb.proj.0.bias": (clip_dim,)})
         s.update(lin("img_emb.proj.1", clip_dim, clip_dim) | lin("img_emb.proj.3", d, clip_dim))
         s.update({"img_emb.proj.4.weight": (d,), "img_emb.proj.4.bias": (d,)})
