@@ -103,7 +103,9 @@ class StartImageLatents:
         if pixels.ndim != 4 or pixels.shape[:2] != (1, 3):
             raise ShapeMismatchError(f"start pixels must be [1, 3, H, W], got {list(pixels.shape)}")
         if vae is None or not callable(getattr(vae, "stream_encoder", None)):
-            raise ConfigError("an image-started model needs a Wan VAE with an encoder: load the VAE file (Wan2.1_VAE.pth)")
+            raise ConfigError(
+                "an image-started model needs a Wan VAE with an encoder: load the VAE file (Wan2.1_VAE.pth)"
+            )
         self.vae = vae
         self.stride = vae.config.temporal_compression
         param = next(vae.parameters())

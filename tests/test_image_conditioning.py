@@ -77,5 +77,5 @@ def test_cond_concat_is_mask_plus_the_encoded_padded_clip(vae):
 
 
 def test_start_latents_need_an_encoder():
-    with pytest.raises(ConfigError, match="Wan2.1_VAE"):
+    with pytest.raises(ConfigError, match=r"Wan2\.1_VAE"):
         StartImageLatents(None, torch.zeros(1, 3, 8, 8))
