@@ -291,7 +291,7 @@ class ActionTrack:
         self._keyboard: list[torch.Tensor] = []  # [rows, K] chunks
         self._mouse: list[torch.Tensor] = []
         self._rows = 0
-        self.block_controls: list[Control] = []  # the state each written block got, in order
+        self.block_controls: list[Control] = []  # each written block's keys and the mouse row it got, in order
 
     def __len__(self) -> int:
         return self._rows
@@ -325,7 +325,8 @@ class ActionTrack:
             )
         keyboard, mouse = control_row(self.spec, control, extra_mouse)
         self.set_rows(keyboard.expand(hi - lo, -1), None if mouse is None else mouse.expand(hi - lo, -1))
-        self.block_controls.append(control)
+        written = (0.0, 0.0) if mouse is None else (float(mouse[0]), float(mouse[1]))
+        self.block_controls.append(Control(control.keys, written))
 
     def rows(self, end: int | None = None) -> PixelFrameActions:
         """Rows [0, end) as [1, T, ·] tensors (all rows by default)."""
@@ -352,8 +353,9 @@ class LiveControls:
     Events (the live page's `control` messages, or `InteractiveSession.control`) update it between
     boundaries; `take_block` returns the state for the next block and starts a new interval:
 
-    * keys: every key that was down at any time since the last boundary (a tap shorter than a block
-      still counts), plus those still held. One-hot variants take the last key pressed.
+    * keys: the keys held now, plus every key pressed since the last boundary (a tap shorter than a
+      block still counts; a key released since then does not). One-hot variants take the last key
+      pressed.
     * mouse: the held per-frame value (`mouse`), plus the pointer movement (`look`, in pixels) of the
       interval spread over the block's new rows: the camera turns look · look_sensitivity in total over
       the block, in the direction the pointer moved (up = pitch up, right = yaw right).
@@ -369,8 +371,9 @@ class LiveControls:
     def apply(self, event: Mapping[str, Any]) -> None:
         """One validated `control` event: {"keys": [...]} and/or {"mouse": [p, y]} and/or {"look": [dx, dy]}."""
         if "keys" in event:
-            self.held = normalize_keys(self.spec, event["keys"])
-            self._touched += [k for k in self.held if k not in self._touched]
+            keys = normalize_keys(self.spec, event["keys"])
+            self._touched += [k for k in keys if k not in self.held and k not in self._touched]  # pressed now
+            self.held = keys
         if "mouse" in event:
             self.mouse = _finite_pair(event["mouse"], "mouse")
         if "look" in event:
@@ -380,13 +383,13 @@ class LiveControls:
 
     def take_block(self, new_rows: int) -> tuple[Control, tuple[float, float]]:
         """(state, extra per-frame mouse from the pointer) for a block with `new_rows` new rows; resets the interval."""
-        keys = tuple(self._touched) + tuple(k for k in self.held if k not in self._touched)
-        if self.spec.one_hot:  # the last key pressed: held keys are newer than released ones only if still down
-            keys = (self.held[-1],) if self.held else keys[-1:]
+        keys = self.held + tuple(k for k in self._touched if k not in self.held)
+        if self.spec.one_hot:  # the last key pressed that is still down, else the last one tapped
+            keys = self.held[-1:] or tuple(self._touched[-1:])
         dx, dy = self._look
         s = self.spec.look_sensitivity / max(new_rows, 1)
         extra = ((-dy * s) if self.spec.look_pitch else 0.0, dx * s) if self.spec.mouse else (0.0, 0.0)
-        self._touched = list(self.held)
+        self._touched = []
         self._look = [0.0, 0.0]
         return Control(keys, self.mouse), extra
 

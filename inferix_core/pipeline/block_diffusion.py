@@ -166,7 +166,8 @@ class BlockDiffusionPipeline:
             raise ShapeMismatchError(
                 f"prompt embedding has shape {tuple(req.context.shape)}; expected (B, L, {cfg.text_dim})"
             )
-        if req.actions is not None and not cfg.action_dim:
+        image_started = cfg.in_dim == 2 * cfg.out_dim + 4  # I2V: per-block inputs (image_world) come as `action`
+        if req.actions is not None and not cfg.action_dim and not image_started:
             raise ConfigError("actions were given but this model has no action input")
 
     def generate(self, request: GenerationRequest, hooks: PipelineHooks | None = None) -> torch.Tensor:
@@ -297,8 +298,10 @@ class BlockDiffusionPipeline:
         """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout."""
         state.cache.begin(start, num_frames)
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
-        if action is not None:
+        if isinstance(action, torch.Tensor):
             action = to_device_async(action, self.device)
+        elif action is not None:  # per-block inputs of image-started models (image_world.MatrixGameBlock)
+            action = action.to(self.device)
         flow = self.model(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
         )
@@ -309,6 +312,8 @@ class BlockDiffusionPipeline:
             return None
         if callable(request.actions):
             act = request.actions(start, num_frames)
+            if not isinstance(act, torch.Tensor):  # a model's own per-block inputs: it checks them itself
+                return act
         else:
             act = request.actions[:, start : start + num_frames]
         if act.shape[1] != num_frames:

@@ -1,0 +1,174 @@
+"""Image-started keyboard/mouse sessions and runs (Matrix-Game 2.0 inputs): what reaches the model, block by block.
+
+The transformer here is a recorder (it returns zero flow and keeps the inputs of every call): these tests check
+the conditioning side against the authors' semantics (`cond_current` of pipeline/causal_inference.py at
+3ceb3114), not the model. Every call of a block (steps and context pass) must see cond_concat frames
+[s, s + n) and action rows [0, 1 + 4·(s + n − 1)), with the block's new rows holding the control state
+that was given before the block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from inferix_core.api import generate_video
+from inferix_core.cache import KVCacheConfig
+from inferix_core.controls import CONTROL_SPECS, block_rows
+from inferix_core.errors import ConfigError
+from inferix_core.models.registry import WorldModel
+from inferix_core.models.wan.config import WanConfig
+from inferix_core.pipeline import SamplingConfig
+from inferix_core.schedules import ActionSchedule
+from inferix_core.session import InteractiveSession
+from inferix_core.vae import WanVAE
+from tests.fixture_utils import FIXTURES, read_fixture
+from tests.test_api import tiny_world
+
+
+class RecordingModel(torch.nn.Module):
+    """Stands in for the image-started transformer: zero flow, every call's inputs kept."""
+
+    def __init__(self, config: WanConfig):
+        super().__init__()
+        self.config = config
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.calls: list[tuple[int, object]] = []
+        self.contexts: list[torch.Tensor] = []
+
+    def prepare_context(self, context):
+        self.contexts.append(context)
+        return context
+
+    def forward(self, x, timestep, text, cache, start, action=None):
+        self.calls.append((start, action))
+        return torch.zeros_like(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlWorld(WorldModel):
+    control_variant: str = "universal"
+
+
+N = 3  # latent frames per block
+
+
+@pytest.fixture(scope="module")
+def vae():
+    _, t = read_fixture(FIXTURES / "wan_vae_tiny.safetensors")
+    return WanVAE.from_state_dict({k[8:]: v for k, v in t.items() if k.startswith("weights.")}).eval()
+
+
+def make_world(vae, variant="universal") -> ControlWorld:
+    cfg = WanConfig(in_dim=36, out_dim=16, dim=32, ffn_dim=64, freq_dim=16, text_dim=32, text_len=4, num_heads=2,
+                    num_layers=1)  # fmt: skip
+    return ControlWorld("bundled", cfg, SamplingConfig((1000, 500), block_frames=N), KVCacheConfig(),
+                        RecordingModel(cfg), vae, control_variant=variant)  # fmt: skip
+
+
+@pytest.fixture
+def image():
+    return np.random.RandomState(3).randint(0, 256, (40, 60, 3), dtype=np.uint8)
+
+
+def calls_by_block(model: RecordingModel) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for start, action in model.calls:
+        out.setdefault(start, []).append(action)
+    return out
+
+
+def expected_cond(vae, session_pixels, num_latent):
+    clip = torch.cat([session_pixels.unsqueeze(2), torch.zeros(1, 3, 4 * (num_latent - 1), 32, 48)], dim=2)
+    lat = vae.encode(clip)
+    mask = torch.zeros(1, 4, num_latent, *lat.shape[-2:])
+    mask[:, :, 0] = 1
+    return torch.cat([mask, lat], dim=1)
+
+
+def test_session_controls_reach_every_call_at_their_frames(vae, image):
+    world = make_world(vae)
+    tokens = torch.randn(1, 9, 32)
+    spec = CONTROL_SPECS["universal"]
+    session = InteractiveSession(
+        world, width=48, height=32, seed=1, decode=False, start_image=image, clip_vision=tokens
+    )
+    assert torch.equal(world.transformer.contexts[0], tokens)  # the CLIP tokens are the cross-attention context
+    plan = [  # (events before the block, keyboard row, mouse row)
+        ([{"keys": ["W"]}], [1, 0, 0, 0], [0.0, 0.0]),
+        ([{"keys": ["W", "A"], "look": [60.0, 0.0]}, {"look": [30.0, -45.0]}], [1, 0, 1, 0], None),
+        ([{"keys": []}, {"keys": ["S", "J"], "mouse": [0.05, 0.0]}], [0, 1, 0, 0], [0.05, -0.1]),
+        ([], [0, 1, 0, 0], [0.05, -0.1]),  # held: nothing new arrived
+    ]
+    total = 1 + 4 * (len(plan) * N - 1)
+    kb = torch.full((total, 4), float("nan"))
+    mouse = torch.full((total, 2), float("nan"))
+    for b, (events, k, m) in enumerate(plan):
+        for e in events:
+            session.send({"type": "control", **e})
+        session.step()
+        lo, hi = block_rows(b * N, N)
+        if m is None:  # 90 px right, 45 px up over the block's 12 new rows: the camera turns 90·s right, 45·s up
+            m = [45 * spec.look_sensitivity / (hi - lo), 90 * spec.look_sensitivity / (hi - lo)]
+        kb[lo:hi] = torch.tensor(k, dtype=torch.float32)
+        mouse[lo:hi] = torch.tensor(m, dtype=torch.float32)
+    cond = expected_cond(vae, session._image.pixels, len(plan) * N)
+    blocks = calls_by_block(world.transformer)
+    assert sorted(blocks) == [b * N for b in range(len(plan))]
+    for start, actions in blocks.items():
+        assert len(actions) == 3  # 2 steps + the context pass, all with the same inputs
+        hi = block_rows(start, N)[1]
+        for a in actions:
+            assert a.keyboard.shape == (1, hi, 4) and torch.equal(a.keyboard[0], kb[:hi])
+            torch.testing.assert_close(a.mouse[0], mouse[:hi], atol=1e-7, rtol=0)
+            torch.testing.assert_close(a.cond_concat, cond[:, :, start : start + N], atol=1e-5, rtol=1e-5)
+            assert torch.equal(a.visual_context, tokens)
+    assert [c.keys for c in session.control_log] == [("W",), ("W", "A"), ("S", "J"), ("S", "J")]
+    # a tap between boundaries still counts; a prompt is ignored (no text), not an error
+    session.control(keys=["D"])
+    session.control(keys=[])
+    session.switch_prompt("a castle")
+    session.step()
+    assert session.control_log[-1].keys == ("D",)
+
+
+def test_opposite_mouse_gives_opposite_rows(vae, image):
+    rows = []
+    for yaw in (0.1, -0.1):
+        world = make_world(vae)
+        session = InteractiveSession(world, width=48, height=32, decode=False, start_image=image,
+                                     clip_vision=torch.randn(1, 9, 32))  # fmt: skip
+        session.control(mouse=(0.0, yaw))
+        session.step()
+        session.step()
+        rows.append(world.transformer.calls[-1][1].mouse)
+    assert torch.equal(rows[0], -rows[1]) and rows[0][0, :, 1].min() == pytest.approx(0.1)
+
+
+def test_generate_video_with_a_schedule_feeds_the_same_rows(vae, image):
+    world = make_world(vae, "gta_drive")
+    schedule = ActionSchedule(((0.0, "W"), (1.5, "S D")))  # 1.5 s = block 2 at 16 fps (0.75 s per block)
+    generate_video(world, "", num_blocks=3, width=48, height=32, decode=False, start_image=image,
+                   clip_vision=torch.randn(1, 9, 32), actions=schedule)  # fmt: skip
+    last = world.transformer.calls[-1][1]
+    assert last.keyboard.shape == (1, 33, 2) and last.mouse.shape == (1, 33, 2)
+    assert last.keyboard[0, :21].tolist() == [[1.0, 0.0]] * 21 and last.keyboard[0, 21:].tolist() == [[0.0, 1.0]] * 12
+    assert last.mouse[0, 21:, 1].tolist() == pytest.approx([0.1] * 12) and last.mouse[0, :21].abs().sum() == 0
+
+
+def test_models_without_image_input_refuse_one(image):
+    world = tiny_world(action_names=("left", "right"))
+    with pytest.raises(ConfigError, match="this model takes no image"):
+        InteractiveSession(world, width=48, height=32, decode=False, start_image=image)
+    with pytest.raises(ConfigError, match="this model takes no image"):
+        generate_video(world, "", num_blocks=1, width=48, height=32, decode=False, start_image=image)
+
+
+def test_image_model_needs_image_and_clip(vae, image):
+    with pytest.raises(ConfigError, match="connect a start image"):
+        InteractiveSession(make_world(vae), width=48, height=32, decode=False)
+    with pytest.raises(ConfigError, match="clip_vision_h"):
+        InteractiveSession(make_world(vae), width=48, height=32, decode=False, start_image=image)
