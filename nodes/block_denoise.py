@@ -17,7 +17,7 @@ from typing import Any
 from . import comfy_runtime as rt
 from . import types
 from .compat import io
-from .core_interop import to_core_latent
+from .core_interop import clip_vision_from_core, to_core_latent
 from .stream_settings import split_prefix
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,13 @@ def summarize(result: Any, width: int, height: int) -> str:
         f"in {result.seconds:.1f} s{first}"
     )
     return line + "".join(f"\nstreamed to {path}" for path in result.files)
+
+
+def image_clip_vision(clip_vision: Any, clip_vision_output: Any) -> Any:
+    """The start image's CLIP source for the core: CLIP_VISION_OUTPUT tokens first, else a core CLIP_VISION."""
+    if clip_vision_output is not None:
+        return clip_vision_output
+    return None if clip_vision is None else clip_vision_from_core(clip_vision)
 
 
 def frames_to_image(frames: Any) -> Any:
@@ -170,6 +177,26 @@ class InferixBlockDenoise(io.ComfyNode):
                     "fewer than one block are padded with the first frame. Needs a VAE "
                     "with an encoder.",
                 ),
+                io.Image.Input(
+                    "start_image",
+                    optional=True,
+                    tooltip="Image-started world models (Matrix-Game 2.0): the image the video starts from "
+                    "(e.g. Load Image). It is centre-cropped to width:height and resized, as the "
+                    "authors do. Other models refuse it.",
+                ),
+                io.ClipVision.Input(
+                    "clip_vision",
+                    optional=True,
+                    tooltip="Load CLIP Vision with clip_vision_h.safetensors: the start image's visual "
+                    "tokens, computed with the authors' preprocessing (penultimate layer).",
+                ),
+                io.ClipVisionOutput.Input(
+                    "clip_vision_output",
+                    optional=True,
+                    tooltip="Or the tokens themselves from CLIP Vision Encode (its "
+                    "penultimate_hidden_states; ComfyUI crops and antialiases, the authors do not). "
+                    "Used instead of clip_vision when both are connected.",
+                ),
             ],
             outputs=[
                 io.Latent.Output(
@@ -230,6 +257,9 @@ class InferixBlockDenoise(io.ComfyNode):
         action_schedule: Any = None,
         stream: Any = None,
         start_frames: Any = None,
+        start_image: Any = None,
+        clip_vision: Any = None,
+        clip_vision_output: Any = None,
     ) -> io.NodeOutput:
         from inferix_core.api import check_plan, generate_video, open_video_sinks, plan_run, seconds_to_blocks
         from inferix_core.errors import ConfigError
@@ -282,6 +312,8 @@ class InferixBlockDenoise(io.ComfyNode):
                 profiler=Profiler(world_model.device),
                 sinks=sinks,
                 start_frames=start_frames,
+                start_image=start_image,
+                clip_vision=image_clip_vision(clip_vision, clip_vision_output),
             )
         except BaseException:
             if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
