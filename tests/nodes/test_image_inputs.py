@@ -17,10 +17,10 @@ class CoreClipVisionStandIn:
 
 
 def test_core_clip_vision_runs_through_transformers_with_the_authors_preprocessing():
+    from inferix_nodes.block_denoise import image_clip_vision
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
     from inferix_core.vision import CLIPVisionEncoder, clip_pixel_values
-    from inferix_nodes.block_denoise import image_clip_vision
 
     torch.manual_seed(0)
     config = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=1,
