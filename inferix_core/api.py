@@ -8,6 +8,7 @@ tensor math of its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -20,6 +21,7 @@ import torch
 
 from .cache import KVCacheConfig, MemoryPlan, plan_memory
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
+from .controls import ControlChannel
 from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, ShapeMismatchError
 from .image_world import MatrixGameInputs, takes_start_image
 from .models.registry import WorldModel
@@ -247,7 +249,8 @@ def generate_video(
             trim/pad rule); exclusive with `initial_latents`.
         start_image, clip_vision: for image-started keyboard/mouse models (Matrix-Game 2.0): the image
             the video starts from and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens); the
-            actions are then an ActionSchedule of keys/mouse or per-pixel-frame rows
+            actions are then an ActionSchedule of keys/mouse, per-pixel-frame rows, or a
+            `controls.ControlChannel` read at each block boundary (live control)
             (`inferix_core.image_world`). Other models refuse an image.
 
     With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
@@ -274,7 +277,12 @@ def generate_video(
                 raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
             image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             image_inputs.fill(actions, num_blocks, sampling.block_frames, block_s)
-            action_tensor = image_inputs.for_block  # (start, n) → MatrixGameBlock, read by every call of the block
+            # (start, n) → MatrixGameBlock, read by every call of the block
+            action_tensor = (
+                functools.partial(image_inputs.live_block, actions)
+                if isinstance(actions, ControlChannel)
+                else image_inputs.for_block
+            )
         else:
             action_tensor = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
     except BaseException:

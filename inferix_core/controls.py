@@ -394,6 +394,40 @@ class LiveControls:
         return Control(keys, self.mouse), extra
 
 
+class ControlChannel:
+    """A bounded, thread-safe inbox of control events for a run that is steered live (e.g. from ComfyUI's page).
+
+    Producers `put` validated events (a full inbox refuses new ones: the producer is told to slow down);
+    the run calls `take_block` at each block boundary, which applies everything queued, in order, to
+    its `LiveControls` and returns the block's state.
+    """
+
+    def __init__(self, spec: ControlSpec, max_events: int = 1024):
+        import threading
+        from collections import deque
+
+        self.spec = spec
+        self.live = LiveControls(spec)
+        self.max_events = max_events
+        self._events: deque[dict[str, Any]] = deque()
+        self._lock = threading.Lock()
+
+    def put(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        event = validate_control_event(raw, self.spec)
+        with self._lock:
+            if len(self._events) >= self.max_events:
+                raise ConfigError(f"{self.max_events} control events are waiting for the next block; send fewer")
+            self._events.append(event)
+        return event
+
+    def take_block(self, new_rows: int) -> tuple[Control, tuple[float, float]]:
+        with self._lock:
+            events, self._events = list(self._events), type(self._events)()
+        for event in events:
+            self.live.apply(event)
+        return self.live.take_block(new_rows)
+
+
 def validate_control_event(raw: Mapping[str, Any], spec: ControlSpec | None) -> dict[str, Any]:
     """The fields of a `control` input event, checked: keys (≤ 16 strings), mouse [p, y], look [dx, dy].
 
@@ -425,6 +459,7 @@ __all__ = [
     "CONTROL_SPECS",
     "ActionTrack",
     "Control",
+    "ControlChannel",
     "ControlSpec",
     "LiveControls",
     "PixelFrameActions",

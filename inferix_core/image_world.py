@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .controls import ActionTrack, Control, ControlSpec, PixelFrameActions, control_spec_of
+from .controls import ActionTrack, Control, ControlChannel, ControlSpec, PixelFrameActions, block_rows, control_spec_of
 from .errors import ConfigError
 from .image_conditioning import StartImageLatents, start_image_pixels
 from .schedules import ActionSchedule
@@ -105,6 +105,8 @@ class MatrixGameInputs:
         """Write a finite run's action rows: an ActionSchedule, rows {"keyboard", "mouse"}, or None (no input)."""
         if len(self.track):
             raise ConfigError("the action track is already written")
+        if isinstance(actions, ControlChannel):
+            return  # written block by block from the channel (`live_block`)
         if isinstance(actions, ActionSchedule):
             self.track = actions.action_track(self.spec, num_blocks, block_frames, block_s, self.track.stride)
             return
@@ -126,6 +128,17 @@ class MatrixGameInputs:
             "actions for a keyboard/mouse model are an Action Schedule ('0 | W', '2 | W+A yaw=0.1') or rows "
             "{'keyboard': [T, K], 'mouse': [T, 2]}"
         )
+
+    def live_block(self, channel: ControlChannel, start: int, num_frames: int) -> MatrixGameBlock:
+        """Write the block's new rows from the live controls (events queued so far), then `for_block`.
+
+        Every call of a block asks again (steps and context pass); only the first one writes its rows.
+        """
+        lo, hi = block_rows(start, num_frames, self.track.stride)
+        if len(self.track) == lo:
+            control, extra = channel.take_block(hi - lo)
+            self.track.write_block(start, num_frames, control, extra)
+        return self.for_block(start, num_frames)
 
     def for_block(self, start: int, num_frames: int) -> MatrixGameBlock:
         """The block at latent frame `start`: cond_concat of its frames and every action row up to its last."""

@@ -9,13 +9,17 @@ downstream node only after this one finishes). A fresh KV cache is built every r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 from typing import Any
 
+from inferix_core.controls import control_spec_of
+from inferix_core.image_world import takes_start_image
+
 from . import comfy_runtime as rt
-from . import types
+from . import live_controls, types
 from .compat import io
 from .core_interop import clip_vision_from_core, to_core_latent
 from .stream_settings import split_prefix
@@ -182,7 +186,8 @@ class InferixBlockDenoise(io.ComfyNode):
                     optional=True,
                     tooltip="Image-started world models (Matrix-Game 2.0): the image the video starts from "
                     "(e.g. Load Image). It is centre-cropped to width:height and resized, as the "
-                    "authors do. Other models refuse it.",
+                    "authors do. Without an Action Schedule the run is steered live from this node's "
+                    "panel (keys + mouse-look). Other models refuse it.",
                 ),
                 io.ClipVision.Input(
                     "clip_vision",
@@ -297,30 +302,38 @@ class InferixBlockDenoise(io.ComfyNode):
                 folder, prefix, stream.fps or world_model.fps, crf=stream.crf, frames_ext=stream.save_frames
             )
         hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
-        try:
-            result = generate_video(
-                world_model,
-                text,
-                num_blocks=num_blocks,
-                width=width,
-                height=height,
-                seed=seed,
-                cache=kv_cache,
-                sampling=sampling,
-                actions=action_schedule,
-                hooks=hooks,
-                profiler=Profiler(world_model.device),
-                sinks=sinks,
-                start_frames=start_frames,
-                start_image=start_image,
-                clip_vision=image_clip_vision(clip_vision, clip_vision_output),
-            )
-        except BaseException:
-            if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
-                log.warning("stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written, sinks[0].path)
-            raise
-        finally:
-            hooks.close()
+        with contextlib.ExitStack() as stack:
+            actions = action_schedule
+            spec = control_spec_of(world_model) if start_image is not None and takes_start_image(world_model) else None
+            if spec is not None and action_schedule is None:  # steered live from the page (web_ext/inferix_live.js)
+                actions = stack.enter_context(live_controls.open_channel(str(cls.hidden.unique_id), spec))
+                rt.send_event("inferix.controls", {"node": str(cls.hidden.unique_id), "controls": spec.page_config()})
+            try:
+                result = generate_video(
+                    world_model,
+                    text,
+                    num_blocks=num_blocks,
+                    width=width,
+                    height=height,
+                    seed=seed,
+                    cache=kv_cache,
+                    sampling=sampling,
+                    actions=actions,
+                    hooks=hooks,
+                    profiler=Profiler(world_model.device),
+                    sinks=sinks,
+                    start_frames=start_frames,
+                    start_image=start_image,
+                    clip_vision=image_clip_vision(clip_vision, clip_vision_output),
+                )
+            except BaseException:
+                if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
+                    log.warning(
+                        "stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written, sinks[0].path
+                    )
+                raise
+            finally:
+                hooks.close()
         # [B,F,C,h,w] → [B,C,F,h,w], in VAE space as core LATENTs are (core VAE Decode reads it right)
         latent = {"samples": to_core_latent(world_model.vae, result.latents.permute(0, 2, 1, 3, 4)).contiguous()}
         ui = {"text": [summarize(result, width, height) + "\n" + plan.describe()]}  # Stream Out shows the file

@@ -172,3 +172,26 @@ def test_image_model_needs_image_and_clip(vae, image):
         InteractiveSession(make_world(vae), width=48, height=32, decode=False)
     with pytest.raises(ConfigError, match="clip_vision_h"):
         InteractiveSession(make_world(vae), width=48, height=32, decode=False, start_image=image)
+
+
+def test_generate_video_reads_a_live_channel_at_each_boundary(vae, image):
+    from inferix_core.controls import ControlChannel
+
+    world = make_world(vae)
+    channel = ControlChannel(CONTROL_SPECS["universal"])
+    channel.put({"keys": ["W"]})
+    model = world.transformer
+    forward = model.forward
+
+    def forward_and_press(x, timestep, text, cache, start, action=None):  # a key press arrives during block 1
+        if start == N and not any(s == N for s, _ in model.calls):
+            channel.put({"keys": ["D"]})
+        return forward(x, timestep, text, cache, start, action)
+
+    model.forward = forward_and_press
+    generate_video(world, "", num_blocks=3, width=48, height=32, decode=False, start_image=image,
+                   clip_vision=torch.randn(1, 9, 32), actions=channel)  # fmt: skip
+    kb = model.calls[-1][1].keyboard[0]
+    assert kb[:21].tolist() == [[1.0, 0.0, 0.0, 0.0]] * 21  # blocks 0 and 1: W
+    assert kb[21:].tolist() == [[0.0, 0.0, 0.0, 1.0]] * 12  # block 2: D, pressed while block 1 ran
+    assert all(torch.equal(a.keyboard, model.calls[i - i % 3][1].keyboard) for i, (_, a) in enumerate(model.calls))
