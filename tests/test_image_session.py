@@ -195,3 +195,47 @@ def test_generate_video_reads_a_live_channel_at_each_boundary(vae, image):
     assert kb[:21].tolist() == [[1.0, 0.0, 0.0, 0.0]] * 21  # blocks 0 and 1: W
     assert kb[21:].tolist() == [[0.0, 0.0, 0.0, 1.0]] * 12  # block 2: D, pressed while block 1 ran
     assert all(torch.equal(a.keyboard, model.calls[i - i % 3][1].keyboard) for i, (_, a) in enumerate(model.calls))
+
+
+def test_play_steers_an_image_model_over_http(vae, image, tmp_path):
+    """`inferix play` on a keyboard/mouse model: control events posted to the live view reach the blocks."""
+    import http.client
+    import json
+    import threading
+
+    from inferix_core.commands.play import play
+
+    world = make_world(vae)
+    views, results, ready = [], [], threading.Event()
+    gate = threading.Event()  # block 0 waits until the key is posted, so the test does not race the session
+    forward = world.transformer.forward
+
+    def forward_when_ready(*args, **kwargs):
+        gate.wait(30)
+        return forward(*args, **kwargs)
+
+    world.transformer.forward = forward_when_ready
+
+    def serve():
+        results.append(play(world, width=48, height=32, port=0, output=None, max_blocks=2, start_image=image,
+                            clip_vision=torch.randn(1, 9, 32), on_ready=lambda v: (views.append(v), ready.set())))  # fmt: skip
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert ready.wait(60)
+        assert views[0].controls is CONTROL_SPECS["universal"] and views[0].key_actions == {}
+        conn = http.client.HTTPConnection("127.0.0.1", views[0].port, timeout=10)
+        conn.request(
+            "POST", "/input", json.dumps({"type": "control", "keys": ["S"]}), {"Content-Type": "application/json"}
+        )
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        gate.set()
+        thread.join(60)
+    assert not thread.is_alive() and results[0].num_blocks == 2
+    # block 0 was already being generated (its rows were written before the POST); block 1 has S held
+    assert results[0].action_log[1] == "S"
+    last = world.transformer.calls[-1][1]
+    assert last.keyboard[0, 9:].tolist() == [[0.0, 1.0, 0.0, 0.0]] * 12

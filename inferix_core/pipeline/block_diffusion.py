@@ -182,7 +182,7 @@ class BlockDiffusionPipeline:
         h, w, bsz = request.latent_height, request.latent_width, request.batch_size
         num_initial = 0 if request.initial_latents is None else request.initial_latents.shape[1]
         total_frames = num_initial + request.num_blocks * n
-        shape = (bsz, request.num_blocks * n, cfg.in_dim, h, w)
+        shape = (bsz, request.num_blocks * n, cfg.out_dim, h, w)  # noise: latent channels (I2V adds cond_concat)
 
         # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
@@ -268,7 +268,7 @@ class BlockDiffusionPipeline:
         hooks = hooks or PipelineHooks()
         cfg, n = self.model.config, self.sampling.block_frames
         index, start = state.next_block, state.next_frame
-        shape = (state.batch_size, n, cfg.in_dim, state.latent_height, state.latent_width)
+        shape = (state.batch_size, n, cfg.out_dim, state.latent_height, state.latent_width)
         t0 = time.perf_counter()
         hooks.on_block_start(index, start)
         if context is not None:
