@@ -112,16 +112,32 @@ class StartImageLatents:
         self.pixels = pixels.to(param.device, param.dtype)
         self._encoder = vae.stream_encoder()
         self._latents = self._encoder.encode(self.pixels.unsqueeze(2))  # [1, z, 1, h, w]
+        self.steady_from: int | None = None  # first latent frame from which every later one is the same
 
     @property
     def num_encoded(self) -> int:
         return self._latents.shape[2]
 
     def _extend(self, num_frames: int) -> None:
-        while self.num_encoded < num_frames:
-            chunk = min(num_frames - self.num_encoded, 8)  # bounded memory per encoder call
-            zeros = self.pixels.new_zeros(1, 3, self.stride * chunk, *self.pixels.shape[-2:])
-            self._latents = torch.cat([self._latents, self._encoder.encode(zeros)], dim=2)
+        """Encode zero frames up to `num_frames` latent frames, one latent frame per encoder call.
+
+        The causal encoder has a finite memory, so after enough zero frames its cache stops changing
+        (bitwise; ~29 latent frames for the Wan VAE's layout): from then on every latent frame is the same,
+        and is repeated instead of encoded (exact, and no per-block encoder cost in long sessions).
+        """
+        zeros = self.pixels.new_zeros(1, 3, self.stride, *self.pixels.shape[-2:])
+        new = []
+        while self.num_encoded + len(new) < num_frames:
+            if self.steady_from is not None:
+                new.append(self._latents[:, :, -1:].expand(-1, -1, num_frames - self.num_encoded - len(new), -1, -1))
+                break
+            before = self._encoder.cache.fork()
+            new.append(self._encoder.encode(zeros))
+            if _same_cache(before, self._encoder.cache):
+                self.steady_from = self.num_encoded + len(new) - 1
+                log.debug("start-image latents are constant from latent frame %d on", self.steady_from)
+        if new:
+            self._latents = torch.cat([self._latents, *new], dim=2)
 
     def latents(self, start: int, num_frames: int) -> torch.Tensor:
         """Image latents (no mask) of latent frames [start, start + num_frames), [1, z, n, h, w]."""
@@ -135,6 +151,15 @@ class StartImageLatents:
         if start == 0:
             mask[:, :, 0] = 1.0
         return torch.cat([mask, lat], dim=1)
+
+
+def _same_cache(a: Any, b: Any) -> bool:
+    """Two causal-conv caches hold the same state (entries are replaced, never mutated, so this is exact)."""
+    return (
+        a.started == b.started
+        and a.frames.keys() == b.frames.keys()
+        and all(a.frames[k] is b.frames[k] or torch.equal(a.frames[k], b.frames[k]) for k in a.frames)
+    )
 
 
 __all__ = ["StartImageLatents", "resize_crop_box", "start_image_pixels"]

@@ -79,3 +79,19 @@ def test_cond_concat_is_mask_plus_the_encoded_padded_clip(vae):
 def test_start_latents_need_an_encoder():
     with pytest.raises(ConfigError, match=r"Wan2\.1_VAE"):
         StartImageLatents(None, torch.zeros(1, 3, 8, 8))
+
+
+@pytest.mark.slow
+def test_long_runs_reuse_the_constant_tail_exactly(vae):
+    """Far from the image the encoder's cache stops changing: the repeated tail equals a full encode."""
+    torch.manual_seed(1)
+    pixels = torch.rand(1, 3, 32, 48) * 2 - 1
+    num_latent = 36
+    clip = torch.cat([pixels.unsqueeze(2), torch.zeros(1, 3, 4 * (num_latent - 1), 32, 48)], dim=2)
+    expected = vae.encode(clip, frames_per_step=16)
+    start = StartImageLatents(vae, pixels)
+    got = torch.cat([start.latents(s, 3) for s in range(0, num_latent, 3)], dim=2)
+    assert start.steady_from is not None and start.steady_from < num_latent - 3
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    tail = got[:, :, start.steady_from :]
+    assert torch.equal(tail, tail[:, :, :1].expand_as(tail))
