@@ -122,15 +122,13 @@ class StartImageLatents:
         """Encode zero frames up to `num_frames` latent frames, one latent frame per encoder call.
 
         The causal encoder has a finite memory, so after enough zero frames its cache stops changing
-        (bitwise; ~29 latent frames for the Wan VAE's layout): from then on every latent frame is the same,
-        and is repeated instead of encoded (exact, and no per-block encoder cost in long sessions).
+        (bitwise; 29 latent frames for the Wan VAE's layout): from then on every latent frame is the same
+        as the last one stored. Encoding and storing stop there, so a long session pays no encoder call
+        per block and keeps at most those few frames.
         """
         zeros = self.pixels.new_zeros(1, 3, self.stride, *self.pixels.shape[-2:])
         new = []
-        while self.num_encoded + len(new) < num_frames:
-            if self.steady_from is not None:
-                new.append(self._latents[:, :, -1:].expand(-1, -1, num_frames - self.num_encoded - len(new), -1, -1))
-                break
+        while self.steady_from is None and self.num_encoded + len(new) < num_frames:
             before = self._encoder.cache.fork()
             new.append(self._encoder.encode(zeros))
             if _same_cache(before, self._encoder.cache):
@@ -142,7 +140,11 @@ class StartImageLatents:
     def latents(self, start: int, num_frames: int) -> torch.Tensor:
         """Image latents (no mask) of latent frames [start, start + num_frames), [1, z, n, h, w]."""
         self._extend(start + num_frames)
-        return self._latents[:, :, start : start + num_frames]
+        stored = self._latents[:, :, start : start + num_frames]
+        if stored.shape[2] == num_frames:
+            return stored
+        tail = self._latents[:, :, -1:].expand(-1, -1, num_frames - stored.shape[2], -1, -1)  # the steady latent
+        return torch.cat([stored, tail], dim=2)
 
     def cond_concat(self, start: int, num_frames: int) -> torch.Tensor:
         """[1, 4 + z, n, h, w] for latent frames [start, start + num_frames): mask then image latents."""
