@@ -239,3 +239,32 @@ def test_play_steers_an_image_model_over_http(vae, image, tmp_path):
     assert results[0].action_log[1] == "S"
     last = world.transformer.calls[-1][1]
     assert last.keyboard[0, 9:].tolist() == [[0.0, 1.0, 0.0, 0.0]] * 12
+
+
+def test_play_reads_the_start_image_and_clip_vision_of_a_matrix_game_workflow(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from inferix_core import cli
+    from inferix_core.commands import play as play_cmd
+    from inferix_core.errors import MissingFileError
+
+    api = Path(__file__).resolve().parents[1] / "workflows" / "matrix_game2_universal_api.json"
+    models, inputs = tmp_path / "models", tmp_path / "input"
+    for rel in ("diffusion_models/base_distilled_model/base_distill.safetensors", "vae/Wan2.1_VAE.pth",
+                "clip_vision/clip_vision_h.safetensors"):  # fmt: skip
+        (models / rel).parent.mkdir(parents=True, exist_ok=True)
+        (models / rel).touch()
+    monkeypatch.setenv("INFERIX_MODELS_DIR", str(models))
+    loaded = {}
+    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.update(path=path, **kw) or "wm")
+    with pytest.raises(MissingFileError, match="INFERIX_INPUT_DIR"):
+        play_cmd.load_setup(cli.build_parser().parse_args(["play", str(api)]))
+    inputs.mkdir()
+    (inputs / "example.png").touch()
+    monkeypatch.setenv("INFERIX_INPUT_DIR", str(inputs))
+    setup = play_cmd.load_setup(cli.build_parser().parse_args(["play", str(api)]))
+    assert loaded["path"].endswith("base_distilled_model/base_distill.safetensors")
+    assert loaded["vae_path"].endswith("Wan2.1_VAE.pth")
+    assert setup.start_image == str(inputs / "example.png")
+    assert setup.clip_vision == str(models / "clip_vision" / "clip_vision_h.safetensors")
+    assert (setup.width, setup.height) == (640, 352)
