@@ -8,18 +8,22 @@ tensor math of its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from .cache import KVCacheConfig, MemoryPlan, plan_memory
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
+from .controls import ControlChannel
 from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, ShapeMismatchError
+from .image_world import MatrixGameInputs, takes_start_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
@@ -231,6 +235,8 @@ def generate_video(
     profiler: NullProfiler | None = None,
     initial_latents: torch.Tensor | None = None,
     start_frames: np.ndarray | torch.Tensor | None = None,
+    start_image: Any = None,
+    clip_vision: Any = None,
 ) -> VideoResult:
     """Generate `num_blocks` blocks, decoding and streaming each block as soon as it is clean.
 
@@ -241,6 +247,11 @@ def generate_video(
             the final names of sinks that have a `path`.
         start_frames: video frames [T, H, W, 3] to continue from (see `encode_start_frames` for the
             trim/pad rule); exclusive with `initial_latents`.
+        start_image, clip_vision: for image-started keyboard/mouse models (Matrix-Game 2.0): the image
+            the video starts from and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens); the
+            actions are then an ActionSchedule of keys/mouse, per-pixel-frame rows, or a
+            `controls.ControlChannel` read at each block boundary (live control)
+            (`inferix_core.image_world`). Other models refuse an image.
 
     With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
     sinks; `VideoResult.profile` holds its report as a dict.
@@ -260,7 +271,20 @@ def generate_video(
                 raise ConfigError("pass start_frames or initial_latents, not both")
             initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
         num_initial = 0 if initial_latents is None else initial_latents.shape[1]
-        action_tensor = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
+        image_inputs = None
+        if start_image is not None or takes_start_image(world_model):
+            if num_initial or isinstance(prompt, PromptSchedule):
+                raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
+            image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
+            image_inputs.fill(actions, num_blocks, sampling.block_frames, timing)
+            # (start, n) → MatrixGameBlock, read by every call of the block
+            action_tensor = (
+                functools.partial(image_inputs.live_block, actions)
+                if isinstance(actions, ControlChannel)
+                else image_inputs.for_block
+            )
+        else:
+            action_tensor = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()
@@ -281,7 +305,11 @@ def generate_video(
     stage = prof.stage
     # 2. text conditioning
     with stage("text_encode"):
-        if isinstance(prompt, PromptSchedule):
+        if image_inputs is not None:  # the start image's CLIP tokens take the place of text
+            if prompt:
+                log.info("this model is steered by its start image and actions; the prompt text is ignored")
+            context, schedule = image_inputs.visual_context, []
+        elif isinstance(prompt, PromptSchedule):
             context = encode_prompt(world_model, prompt.entries[0][1])
             schedule = [(b, encode_prompt(world_model, p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
         else:

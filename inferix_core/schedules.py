@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .controls import ActionTrack, ControlSpec, get_control_spec, parse_control
 from .errors import ConfigError
 from .models.registry import WorldModel
 from .pipeline import SamplingConfig
@@ -114,7 +115,10 @@ class PromptSchedule:
 
 @dataclass(frozen=True)
 class ActionSchedule:
-    """Actions over time: [(seconds, action name), ...], the first at 0; each holds until the next.
+    """Actions over time: [(seconds, action), ...], the first at 0; each holds until the next.
+
+    An action is a model's action name (the bundled model: `per_block`), or for keyboard/mouse models
+    (Matrix-Game 2.0) keys with an optional mouse, "W+A yaw=0.1" (`action_track`).
 
     Actions switch at block boundaries (the nearest one, as prompts do): a block is the smallest unit the
     model is conditioned on in the interactive session too. Entries that start after the video ends are
@@ -126,6 +130,35 @@ class ActionSchedule:
     def __post_init__(self) -> None:
         _check_times([t for t, _ in self.entries], "action")
 
+    def _entry_blocks(self, num_blocks: int, timing: BlockTiming) -> list[int]:
+        """The entry in force at each block (entries after the end are dropped with a log line)."""
+        starts = [block_at(t, timing) for t, _ in self.entries]
+        late = [t for (t, _), b in zip(self.entries, starts, strict=True) if b >= num_blocks]
+        if late:
+            log.info("actions from %g s on start after the video ends (%d blocks); ignored", late[0], num_blocks)
+        out, k = [], 0
+        for block in range(num_blocks):
+            while k + 1 < len(starts) and starts[k + 1] <= block:
+                k += 1
+            out.append(k)
+        return out
+
+    def action_track(
+        self, spec: ControlSpec | str, num_blocks: int, block_frames: int, timing: BlockTiming, stride: int = 4
+    ) -> ActionTrack:
+        """Keyboard/mouse rows per pixel frame for a Matrix-Game-style model (`inferix_core.controls`).
+
+        Each entry is keys plus optional `pitch=` / `yaw=` ("W+A yaw=0.1", "none"); it fills the new rows
+        of every block from the one it starts in (nearest boundary) until the next entry, as the authors'
+        streaming demo fills a block's rows with one state. Bad keys raise before any model work.
+        """
+        spec = get_control_spec(spec)
+        controls = [parse_control(spec, value) for _, value in self.entries]
+        track = ActionTrack(spec, stride)
+        for block, k in enumerate(self._entry_blocks(num_blocks, timing)):
+            track.write_block(block * block_frames, block_frames, controls[k])
+        return track
+
     def per_block(self, world_model: WorldModel, num_blocks: int, sampling: SamplingConfig | None = None) -> list[str]:
         """One action name per block; unknown names raise with the model's list."""
         names = world_model.action_names
@@ -135,13 +168,4 @@ class ActionSchedule:
         if unknown:
             raise ConfigError(f"unknown actions {unknown}; this model knows {list(names)}")
         timing = block_timing(world_model, sampling)
-        starts = [block_at(t, timing) for t, _ in self.entries]
-        late = [t for (t, _), b in zip(self.entries, starts) if b >= num_blocks]
-        if late:
-            log.info("actions from %g s on start after the video ends (%d blocks); ignored", late[0], num_blocks)
-        out, k = [], 0
-        for block in range(num_blocks):
-            while k + 1 < len(starts) and starts[k + 1] <= block:
-                k += 1
-            out.append(self.entries[k][1])
-        return out
+        return [self.entries[k][1] for k in self._entry_blocks(num_blocks, timing)]

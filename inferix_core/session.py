@@ -22,7 +22,9 @@ import torch
 
 from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
 from .cache import KVCacheConfig
+from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
+from .image_world import MatrixGameInputs, takes_start_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
@@ -80,6 +82,9 @@ class InteractiveSession:
             None = no action input.
         prompt_encoder: text → (1, L, text_dim); default `api.encode_prompt` with the model's text encoder.
         profiler: a Profiler; `on_run_start` is called here and `on_run_end` by `close()`.
+        start_image, clip_vision: image-started keyboard/mouse models (Matrix-Game 2.0): the start image
+            and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens). Such a session is steered
+            by `control(...)` events instead of named actions (`inferix_core.controls.LiveControls`).
     """
 
     def __init__(
@@ -102,6 +107,8 @@ class InteractiveSession:
         prompt_encoder: Callable[[str], torch.Tensor] | None = None,
         profiler: NullProfiler | None = None,
         recache_style: str | None = None,
+        start_image: Any = None,
+        clip_vision: Any = None,
     ):
         self.world_model = world_model
         self.hard_switch = hard_switch
@@ -110,7 +117,14 @@ class InteractiveSession:
             raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
         self.hold_actions = hold_actions
         self.sinks = list(sinks)
-        self.inputs = inputs if inputs is not None else InputQueue(set(world_model.action_names))
+        # image-started keyboard/mouse models: start-image conditioning, an action track and live controls
+        self._image: MatrixGameInputs | None = None
+        self._controls: LiveControls | None = None
+        if start_image is not None or takes_start_image(world_model):
+            self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
+            self._controls = LiveControls(self._image.spec)
+        spec = self._image.spec if self._image is not None else None
+        self.inputs = inputs if inputs is not None else InputQueue(set(world_model.action_names), controls=spec)
         self.profiler = profiler if profiler is not None else NullProfiler()
         self._encode = prompt_encoder or (lambda text: encode_prompt(world_model, text))
         if default_action is not None:
@@ -132,7 +146,12 @@ class InteractiveSession:
             world_model.transformer, sampling or world_model.sampling, cache or world_model.default_cache
         )
         with self.profiler.stage("text_encode"):
-            context = encode_prompt(world_model, prompt) if isinstance(prompt, torch.Tensor) else self._encode(prompt)
+            if self._image is not None:  # the start image's CLIP tokens take the place of text
+                context = self._image.visual_context
+            elif isinstance(prompt, torch.Tensor):
+                context = encode_prompt(world_model, prompt)
+            else:
+                context = self._encode(prompt)
         self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed))
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
@@ -154,6 +173,7 @@ class InteractiveSession:
         self.stopped = False
         self.closed = False
         self.action_log: list[str | None] = []  # the action of every generated block, in order
+        self.control_log: list[Control] = []  # keyboard/mouse models: the state written into each block
         self.prompt_log: list[tuple[int, str]] = [(0, self.prompt)]  # (first block, prompt label)
         self.num_recaches = 0
 
@@ -167,6 +187,25 @@ class InteractiveSession:
 
     def act(self, name: str) -> None:
         self.send({"type": "action", "name": name})
+
+    def control(
+        self,
+        keys: Iterable[str] | None = None,
+        mouse: tuple[float, float] | None = None,
+        look: tuple[float, float] | None = None,
+    ) -> None:
+        """Keyboard/mouse models: the keys held now, a held per-frame mouse (pitch, yaw), pointer pixels moved.
+
+        Applies from the next block boundary; see `LiveControls` for how a block's state is formed.
+        """
+        event: dict[str, Any] = {"type": "control"}
+        if keys is not None:
+            event["keys"] = list(keys)
+        if mouse is not None:
+            event["mouse"] = list(mouse)
+        if look is not None:
+            event["look"] = list(look)
+        self.send(event)
 
     def pause(self) -> None:
         self.send({"type": "pause"})
@@ -205,7 +244,15 @@ class InteractiveSession:
         else:
             name = self._last_action if self.hold_actions and self._last_action is not None else self.default_action
         n = self.pipeline.sampling.block_frames
-        action = None if name is None else actions_to_tensor(self.world_model, [name], n)
+        if self._image is not None:  # the held keys/mouse fill this block's new rows (the authors' streaming demo)
+            lo, hi = block_rows(self.state.next_frame, n, self._image.track.stride)
+            control, extra = self._controls.take_block(hi - lo)
+            self._image.track.write_block(self.state.next_frame, n, control, extra)
+            self.control_log.append(self._image.track.block_controls[-1])
+            action = self._image.for_block(self.state.next_frame, n)
+            name = "+".join(control.keys) or "none"
+        else:
+            action = None if name is None else actions_to_tensor(self.world_model, [name], n)
         # 3. denoise the block and write its clean K/V
         out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler))
         self._last_action = name if name is not None else self._last_action
@@ -300,6 +347,11 @@ class InteractiveSession:
             if kind == "action":
                 if self._check_action(event["name"], strict=False):
                     self._actions.append(event["name"])
+            elif kind == "control":
+                if self._controls is not None:
+                    self._controls.apply(event)
+                else:
+                    log.warning("this model takes no keyboard/mouse controls; control event ignored")
             elif kind == "prompt":
                 new_prompts.append(event["text"])  # several at one boundary: each is logged, the last is used
             elif kind == "pause":
@@ -324,6 +376,9 @@ class InteractiveSession:
     def _switch_prompt(self, texts: list[str]) -> float:
         """New cross-attention K/V for the last of `texts`; then re-cache the resident window under it."""
         t0 = time.perf_counter()
+        if self._image is not None:
+            log.info("this model is steered by its start image and controls; prompt %r ignored", texts[-1][:60])
+            return 0.0
         block = self.state.next_block
         for text in texts:
             self.prompt_log.append((block, text))

@@ -7,7 +7,7 @@ each other relatively and the engine absolutely (`inferix_core`).
 
 from __future__ import annotations
 
-from . import comfy_runtime
+from . import comfy_runtime, live_controls
 from .block_denoise import InferixBlockDenoise
 from .compat import HAVE_COMFY_API
 from .kv_cache_config import InferixKVCacheConfig
@@ -22,6 +22,7 @@ from .stream_settings import InferixStreamSettings
 from .vae_decode import InferixVAEDecode
 
 comfy_runtime.register_model_folders()
+live_controls.register_route()  # POST /inferix/control inside ComfyUI (live keyboard/mouse control)
 
 NODES = [
     InferixLoadWorldModel,

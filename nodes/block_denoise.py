@@ -9,15 +9,19 @@ downstream node only after this one finishes). A fresh KV cache is built every r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 from typing import Any
 
+from inferix_core.controls import control_spec_of
+from inferix_core.image_world import takes_start_image
+
 from . import comfy_runtime as rt
-from . import types
+from . import live_controls, types
 from .compat import io
-from .core_interop import to_core_latent
+from .core_interop import clip_vision_from_core, to_core_latent
 from .stream_settings import split_prefix
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,13 @@ def summarize(result: Any, width: int, height: int) -> str:
         f"in {result.seconds:.1f} s{first}"
     )
     return line + "".join(f"\nstreamed to {path}" for path in result.files)
+
+
+def image_clip_vision(clip_vision: Any, clip_vision_output: Any) -> Any:
+    """The start image's CLIP source for the core: CLIP_VISION_OUTPUT tokens first, else a core CLIP_VISION."""
+    if clip_vision_output is not None:
+        return clip_vision_output
+    return None if clip_vision is None else clip_vision_from_core(clip_vision)
 
 
 def frames_to_image(frames: Any) -> Any:
@@ -171,6 +182,27 @@ class InferixBlockDenoise(io.ComfyNode):
                     "fewer than one block are padded with the first frame. Needs a VAE "
                     "with an encoder.",
                 ),
+                io.Image.Input(
+                    "start_image",
+                    optional=True,
+                    tooltip="Image-started world models (Matrix-Game 2.0): the image the video starts from "
+                    "(e.g. Load Image). It is centre-cropped to width:height and resized, as the "
+                    "authors do. Without an Action Schedule the run is steered live from this node's "
+                    "panel (keys + mouse-look). Other models refuse it.",
+                ),
+                io.ClipVision.Input(
+                    "clip_vision",
+                    optional=True,
+                    tooltip="Load CLIP Vision with clip_vision_h.safetensors: the start image's visual "
+                    "tokens, computed with the authors' preprocessing (penultimate layer).",
+                ),
+                io.ClipVisionOutput.Input(
+                    "clip_vision_output",
+                    optional=True,
+                    tooltip="Or the tokens themselves from CLIP Vision Encode (its "
+                    "penultimate_hidden_states; ComfyUI crops and antialiases, the authors do not). "
+                    "Used instead of clip_vision when both are connected.",
+                ),
             ],
             outputs=[
                 io.Latent.Output(
@@ -231,6 +263,9 @@ class InferixBlockDenoise(io.ComfyNode):
         action_schedule: Any = None,
         stream: Any = None,
         start_frames: Any = None,
+        start_image: Any = None,
+        clip_vision: Any = None,
+        clip_vision_output: Any = None,
     ) -> io.NodeOutput:
         from inferix_core.api import check_plan, generate_video, open_video_sinks, plan_run, seconds_to_blocks
         from inferix_core.errors import ConfigError
@@ -268,28 +303,38 @@ class InferixBlockDenoise(io.ComfyNode):
                 folder, prefix, stream.fps or world_model.fps, crf=stream.crf, frames_ext=stream.save_frames
             )
         hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
-        try:
-            result = generate_video(
-                world_model,
-                text,
-                num_blocks=num_blocks,
-                width=width,
-                height=height,
-                seed=seed,
-                cache=kv_cache,
-                sampling=sampling,
-                actions=action_schedule,
-                hooks=hooks,
-                profiler=Profiler(world_model.device),
-                sinks=sinks,
-                start_frames=start_frames,
-            )
-        except BaseException:
-            if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
-                log.warning("stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written, sinks[0].path)
-            raise
-        finally:
-            hooks.close()
+        with contextlib.ExitStack() as stack:
+            actions = action_schedule
+            spec = control_spec_of(world_model) if start_image is not None and takes_start_image(world_model) else None
+            if spec is not None and action_schedule is None:  # steered live from the page (web_ext/inferix_live.js)
+                actions = stack.enter_context(live_controls.open_channel(str(cls.hidden.unique_id), spec))
+                rt.send_event("inferix.controls", {"node": str(cls.hidden.unique_id), "controls": spec.page_config()})
+            try:
+                result = generate_video(
+                    world_model,
+                    text,
+                    num_blocks=num_blocks,
+                    width=width,
+                    height=height,
+                    seed=seed,
+                    cache=kv_cache,
+                    sampling=sampling,
+                    actions=actions,
+                    hooks=hooks,
+                    profiler=Profiler(world_model.device),
+                    sinks=sinks,
+                    start_frames=start_frames,
+                    start_image=start_image,
+                    clip_vision=image_clip_vision(clip_vision, clip_vision_output),
+                )
+            except BaseException:
+                if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
+                    log.warning(
+                        "stopped; kept the %d frames streamed so far in %s", sinks[0].frames_written, sinks[0].path
+                    )
+                raise
+            finally:
+                hooks.close()
         # [B,F,C,h,w] → [B,C,F,h,w], in VAE space as core LATENTs are (core VAE Decode reads it right)
         latent = {"samples": to_core_latent(world_model.vae, result.latents.permute(0, 2, 1, 3, 4)).contiguous()}
         ui = {"text": [summarize(result, width, height) + "\n" + plan.describe()]}  # Stream Out shows the file

@@ -82,3 +82,23 @@ def from_core_latent(vae: Any, samples: Any) -> Any:
     if vae is None or not hasattr(vae, "normalise"):
         return samples
     return vae.normalise(samples)
+
+
+def clip_vision_from_core(core_clip_vision: Any) -> Any:
+    """A core CLIP_VISION (ComfyUI's Load CLIP Vision) → `inferix_core.vision.CLIPVisionEncoder`.
+
+    Its weights (transformers names, `get_sd()`) run through transformers' CLIPVisionModel with the
+    authors' preprocessing (`inferix_core.vision.clip_vision`), so the tokens are Matrix-Game's own.
+    An encoder passes through unchanged.
+    """
+    from inferix_core.errors import ConfigError
+    from inferix_core.vision import CLIPVisionEncoder
+
+    if isinstance(core_clip_vision, CLIPVisionEncoder):
+        return core_clip_vision
+    get_sd = getattr(core_clip_vision, "get_sd", None)
+    if not callable(get_sd):
+        raise ConfigError(
+            "clip_vision must come from Load CLIP Vision (a CLIP_VISION); got " + type(core_clip_vision).__name__
+        )
+    return CLIPVisionEncoder.from_state_dict(get_sd(), source="core CLIP_VISION")

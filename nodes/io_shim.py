@@ -124,6 +124,8 @@ Mask = _comfytype("MASK", "Mask")
 Latent = _comfytype("LATENT", "Latent")
 Conditioning = _comfytype("CONDITIONING", "Conditioning")
 Vae = _comfytype("VAE", "Vae")
+ClipVision = _comfytype("CLIP_VISION", "ClipVision")
+ClipVisionOutput = _comfytype("CLIP_VISION_OUTPUT", "ClipVisionOutput")
 Combo = type(
     "Combo", (), {"io_type": "COMBO", "Input": _ComboInput, "Output": type("Output", (Output,), {"io_type": "COMBO"})}
 )

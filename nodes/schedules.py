@@ -104,14 +104,19 @@ class InferixActionSchedule(io.ComfyNode):
             description="One action per line, each with the second it starts at; it holds until the next line "
             "and switches at the nearest block boundary. "
             "Action names come from the model family (the bundled driving model: none, "
-            "steer_left, steer_right, accelerate, brake).",
+            "steer_left, steer_right, accelerate, brake). Keyboard/mouse models (Matrix-Game 2.0) take "
+            "keys and an optional camera turn per frame instead: '0 | W', '2 | W+A yaw=0.1', "
+            "'4 | S pitch=-0.05', '6 | none' (universal: W S A D move, I K J L turn; GTA drive: W S, "
+            "A D steer; TempleRun: W jump, S slide, A D side, Z C turn, Q no move).",
             inputs=[
                 io.String.Input(
                     "schedule",
                     multiline=True,
                     default="0 | accelerate\n2 | steer_left\n3.5 | accelerate\n5 | brake",
                     tooltip="Lines '<start seconds> | <action>' in time order, the first at 0. "
-                    "Unknown action names fail when the model reads them.",
+                    "For keyboard/mouse models an action is keys plus optional pitch=/yaw= "
+                    "(per-frame camera deltas; the authors' demos use ±0.1). "
+                    "Unknown action names or keys fail when the model reads them.",
                 ),
             ],
             outputs=[

@@ -6,13 +6,21 @@
 // The node that generates (Block Denoise, VAE Decode) already shows ComfyUI's own progress preview of the
 // same frame, so it gets the panel only; the Stream Out / VAE Decode nodes it feeds get the panel and the
 // preview image. While the prompt runs the panel has an Interrupt button (ComfyUI's POST /interrupt, as the
-// Cancel button does); full interactive control (prompt/action changes mid-run) is `inferix play`.
+// Cancel button does); prompt changes mid-run are `inferix play`'s. A keyboard/mouse model (Matrix-Game 2.0) run
+// without an Action Schedule announces itself with `inferix.controls` {node, controls}; its panel then has a
+// Control button: click it to steer the run live with the model's keys and pointer-lock mouse-look (Esc
+// leaves). Held keys and mouse movement go to POST /inferix/control (nodes/live_controls.py) and apply at the
+// next block boundary.
 // Everything lives in this module and in `node.inferixLive`; nothing global is patched. What the extension
 // has seen is readable as `app.extensions.find((e) => e.name === "inferix.live").state`.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
 const EVENT = "inferix.block";
+const CONTROLS_EVENT = "inferix.controls";
+const CONTROL_ROUTE = "/inferix/control";
+const LOOK_PERIOD_MS = 60; // one look message per period at most
+const LOOK_MAX_PX = 4000; // each clamped
 const PREVIEW_TYPES = new Set(["InferixVAEDecode", "InferixStreamOut"]);
 const LIVE_TYPES = new Set(["InferixBlockDenoise", ...PREVIEW_TYPES]);
 const MAX_BARS = 48; // per-block timing bars kept in the panel
@@ -27,6 +35,9 @@ const state = {
   interruptRequested: false,
   lastEvent: null,
   runs: new Map(), // run id → {run, node, numBlocks, blocks: [{block, ms, denoise_ms, decode_ms}], memory, previewSrc}
+  controls: new Map(), // node id → the model's controls ({keys, camera_keys, mouse, look_pitch, ...}) while it runs
+  steering: null, // {node, held: [...], dx, dy} while a panel's Control mode is on
+  controlErrors: 0,
 };
 
 const STYLE = `
@@ -46,6 +57,8 @@ const STYLE = `
 .inferix-live .inferix-bars{display:flex;align-items:flex-end;gap:1px;height:22px;min-height:22px}
 .inferix-live .inferix-bars>div{flex:1;max-width:8px;background:#5c9ded;min-height:1px}
 .inferix-live img{flex:1;min-height:0;width:100%;object-fit:contain;display:none}
+.inferix-live button.inferix-control{border-color:#1d6fb8;background:#173a5a}
+.inferix-live button.inferix-control[data-on=true]{background:#4fb3ff;color:#000}
 `;
 
 function ensureStyle() {
@@ -124,13 +137,21 @@ function ensureLiveWidget(node) {
     button.textContent = "Interrupting…";
     api.interrupt(state.promptId);
   });
+  const control = el("button", "inferix-control", head);
+  control.textContent = "Control";
+  control.style.display = "none";
+  control.addEventListener("click", (event) => {
+    event.stopPropagation();
+    if (state.steering) stopSteering();
+    else startSteering(String(node.id), root, control);
+  });
   const progress = el("div", "inferix-progress", root);
   const bar = el("div", null, progress);
   const timing = el("div", "inferix-line inferix-timing", root);
   const memory = el("div", "inferix-line inferix-memory", root);
   const bars = el("div", "inferix-bars", root);
   const img = el("img", null, withPreview ? root : null);
-  const live = { root, status, block, button, bar, timing, memory, bars, img, withPreview, run: null };
+  const live = { root, status, block, button, control, bar, timing, memory, bars, img, withPreview, run: null };
   const widget = node.addDOMWidget?.("inferix_live", "inferix_live", root, {
     serialize: false,
     hideOnZoom: false,
@@ -155,6 +176,7 @@ function renderStatus(live) {
   live.status.dataset.status = status;
   live.status.textContent = record ? status : "Inferix";
   live.button.style.display = isLive ? "" : "none";
+  live.control.style.display = isLive && record && state.controls.has(String(record.node)) ? "" : "none";
   if (isLive && !state.interruptRequested) {
     live.button.disabled = false;
     live.button.textContent = "Interrupt";
@@ -240,11 +262,92 @@ function onBlock(event) {
   for (const node of downstreamLiveNodes(source)) render(node, record, true);
 }
 
+// ---- live keyboard/mouse control of a running Block Denoise (Matrix-Game 2.0) ----------------------
+function keyName(e) {
+  return e.code && e.code.startsWith("Key") ? e.code.slice(3) : e.key.toUpperCase();
+}
+
+function postControl(events) {
+  const s = state.steering;
+  if (!s || !events.length) return;
+  api.fetchApi(CONTROL_ROUTE, { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ node: s.node, events }) })
+    .then((r) => { if (!r.ok) state.controlErrors += 1; })
+    .catch(() => { state.controlErrors += 1; });
+}
+
+function onSteerKey(e) {
+  const s = state.steering;
+  if (!s) return;
+  const k = keyName(e);
+  if (e.type === "keydown" && k === "ESCAPE") { stopSteering(); return; }
+  if (!s.keyset.has(k)) return;
+  e.preventDefault();
+  e.stopPropagation(); // keep ComfyUI's shortcuts out of the way while steering
+  const i = s.held.indexOf(k);
+  if (e.type === "keydown" && !e.repeat && i < 0) s.held.push(k);
+  else if (e.type === "keyup" && i >= 0) s.held.splice(i, 1);
+  else return;
+  s.button.textContent = s.held.length ? s.held.join("+") : "Steering (Esc)";
+  postControl([{ type: "control", keys: [...s.held] }]);
+}
+
+function onSteerMove(e) {
+  const s = state.steering;
+  if (s && document.pointerLockElement === s.root) { s.dx += e.movementX; s.dy += e.movementY; }
+}
+
+function startSteering(nodeId, root, button) {
+  const controls = state.controls.get(nodeId);
+  if (!controls) return;
+  const clamp = (v) => Math.max(-LOOK_MAX_PX, Math.min(LOOK_MAX_PX, v));
+  const s = { node: nodeId, root, button, held: [], dx: 0, dy: 0, controls,
+    keyset: new Set([...Object.keys(controls.keys), ...controls.camera_keys]) };
+  s.timer = setInterval(() => {
+    if (!s.dx && !s.dy) return;
+    const look = [clamp(s.dx), controls.look_pitch ? clamp(s.dy) : 0];
+    s.dx = 0; s.dy = 0;
+    if (look[0] || look[1]) postControl([{ type: "control", look }]);
+  }, LOOK_PERIOD_MS);
+  state.steering = s;
+  button.dataset.on = "true";
+  button.textContent = "Steering (Esc)";
+  button.title = "Keys: " + Object.entries(controls.keys).map(([k, c]) => `${k} ${c}`).join(", ")
+    + (controls.camera_keys.length ? `; ${controls.camera_keys.join("/")} turn` : "")
+    + (controls.mouse ? "; the mouse turns the camera" : "");
+  window.addEventListener("keydown", onSteerKey, true);
+  window.addEventListener("keyup", onSteerKey, true);
+  document.addEventListener("mousemove", onSteerMove);
+  if (controls.mouse && root.requestPointerLock) root.requestPointerLock();
+}
+
+function stopSteering() {
+  const s = state.steering;
+  if (!s) return;
+  if (s.held.length) postControl([{ type: "control", keys: [] }]);
+  clearInterval(s.timer);
+  window.removeEventListener("keydown", onSteerKey, true);
+  window.removeEventListener("keyup", onSteerKey, true);
+  document.removeEventListener("mousemove", onSteerMove);
+  if (document.pointerLockElement === s.root) document.exitPointerLock();
+  s.button.dataset.on = "false";
+  s.button.textContent = "Control";
+  state.steering = null;
+}
+
+function onControls(event) {
+  const d = event.detail;
+  if (!d || d.node == null || !d.controls) return;
+  state.controls.set(String(d.node), d.controls);
+}
+
 function forEachLiveNode(fn) {
   for (const node of app.graph?._nodes ?? app.graph?.nodes ?? []) if (node.inferixLive) fn(node.inferixLive, node);
 }
 
 function onRunEnd(status) {
+  stopSteering();
+  state.controls.clear();
   if (!state.running && status === "done") return;
   const record = latestRun();
   if (record && state.running) record.status = status;
@@ -261,6 +364,11 @@ const extension = {
   state,
   setup() {
     api.addEventListener(EVENT, onBlock);
+    api.addEventListener(CONTROLS_EVENT, onControls);
+    document.addEventListener("pointerlockchange", () => {
+      const s = state.steering;
+      if (s && s.controls.mouse && document.pointerLockElement !== s.root) stopSteering(); // Esc released it
+    });
     api.addEventListener("execution_start", (event) => {
       state.promptId = event.detail?.prompt_id ?? null;
       state.interruptRequested = false;

@@ -52,6 +52,24 @@ CAUSAL_FORCING_FRAMEWISE = {
     "directory": "diffusion_models",
     "url": f"{HF}/zhuhz22/Causal-Forcing/resolve/main/framewise/causal_forcing.pt",
 }
+# Matrix-Game 2.0 (Skywork/Matrix-Game-2.0 on Hugging Face): the released files under their own names
+MG2 = f"{HF}/Skywork/Matrix-Game-2.0/resolve/main"
+MG2_UNIVERSAL = {
+    "name": "base_distilled_model/base_distill.safetensors",
+    "directory": "diffusion_models",
+    "url": f"{MG2}/base_distilled_model/base_distill.safetensors",
+}
+MG2_GTA = {
+    "name": "gta_distilled_model/gta_keyboard2dim.safetensors",
+    "directory": "diffusion_models",
+    "url": f"{MG2}/gta_distilled_model/gta_keyboard2dim.safetensors",
+}
+MG2_VAE = {"name": "Wan2.1_VAE.pth", "directory": "vae", "url": f"{MG2}/Wan2.1_VAE.pth"}
+CLIP_VISION_H = {
+    "name": "clip_vision_h.safetensors",
+    "directory": "clip_vision",
+    "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/clip_vision/clip_vision_h.safetensors",
+}
 
 # fp8 and compile are opt-in speed options (fp8 trades a little quality, compile a cold start): off in the examples
 BUNDLED_LOADER = {
@@ -101,6 +119,40 @@ LVBENCH_PROMPTS = {
     "until_seconds": 30.0,
 }
 DRIVE_ACTIONS = "0 | accelerate\n2 | steer_left\n3.5 | accelerate\n5.5 | steer_right\n7 | accelerate\n9 | brake"
+# Matrix-Game 2.0: keys and per-frame camera turns (the authors' demos turn by 0.1 per frame), 640x352,
+# 3 steps per 3-frame block; the start image (ComfyUI's input/example.png) and its CLIP ViT-H tokens condition it
+MG2_DENOISE = {**DENOISE, "prompt": "", "seconds": 12.0, "width": 640, "height": 352, "denoising_steps": "1000,666,333"}
+MG2_LOADER = {**BUNDLED_LOADER, "vae": MG2_VAE["name"], "text_encoder": "bundled"}
+MG2_UNIVERSAL_ACTIONS = "0 | W\n2 | W yaw=0.1\n4 | W+A\n6 | none pitch=0.05\n8 | S yaw=-0.1\n10 | D"
+MG2_GTA_ACTIONS = "0 | W\n3 | W D\n5 | W\n7 | W A\n9 | S"
+
+
+class CoreLoadImage:
+    """Interface of ComfyUI's core Load Image, for building and validating workflow files (it does not run here)."""
+
+    RETURN_TYPES = ("IMAGE", "MASK")
+    RETURN_NAMES = ("IMAGE", "MASK")
+    FUNCTION = "load_image"
+
+    @classmethod
+    def INPUT_TYPES(cls):  # noqa: N802 - ComfyUI's V1 name
+        return {"required": {"image": ("STRING", {"default": "example.png"})}}
+
+
+class CoreCLIPVisionLoader:
+    """Interface of ComfyUI's core Load CLIP Vision (models/clip_vision), for building and validating files."""
+
+    RETURN_TYPES = ("CLIP_VISION",)
+    RETURN_NAMES = ("CLIP_VISION",)
+    FUNCTION = "load_clip"
+
+    @classmethod
+    def INPUT_TYPES(cls):  # noqa: N802 - ComfyUI's V1 name
+        return {"required": {"clip_name": ("STRING", {"default": CLIP_VISION_H["name"]})}}
+
+
+# core ComfyUI nodes the Matrix-Game workflows use: they open in ComfyUI, not in `inferix run`
+CORE_NODE_CLASSES = {"LoadImage": CoreLoadImage, "CLIPVisionLoader": CoreCLIPVisionLoader}
 
 # name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
 GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tuple[int, int]]]], list[dict]]] = {
@@ -259,6 +311,54 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
     ),
+    "matrix_game2_universal": (
+        "Matrix-Game 2.0 universal: an image-started world steered by W/A/S/D and the camera (ComfyUI)",
+        [
+            (1, "InferixLoadWorldModel", {**MG2_LOADER, "model": MG2_UNIVERSAL["name"]}, {}),
+            (2, "LoadImage", {"image": "example.png"}, {}),
+            (3, "CLIPVisionLoader", {"clip_name": CLIP_VISION_H["name"]}, {}),
+            (4, "InferixActionSchedule", {"schedule": MG2_UNIVERSAL_ACTIONS}, {}),
+            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/matrix_game2"}, {}),
+            (
+                6,
+                "InferixBlockDenoise",
+                MG2_DENOISE,
+                {
+                    "world_model": (1, 0),
+                    "action_schedule": (4, 0),
+                    "stream": (5, 0),
+                    "start_image": (2, 0),
+                    "clip_vision": (3, 0),
+                },
+            ),
+            (7, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/matrix_game2"}, {"video": (6, 2)}),
+        ],
+        [MG2_UNIVERSAL, MG2_VAE, CLIP_VISION_H],
+    ),
+    "matrix_game2_gta_drive": (
+        "Matrix-Game 2.0 GTA drive: W/S drive, A/D steer, from a start image (ComfyUI)",
+        [
+            (1, "InferixLoadWorldModel", {**MG2_LOADER, "model": MG2_GTA["name"]}, {}),
+            (2, "LoadImage", {"image": "example.png"}, {}),
+            (3, "CLIPVisionLoader", {"clip_name": CLIP_VISION_H["name"]}, {}),
+            (4, "InferixActionSchedule", {"schedule": MG2_GTA_ACTIONS}, {}),
+            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/matrix_game2_gta"}, {}),
+            (
+                6,
+                "InferixBlockDenoise",
+                MG2_DENOISE,
+                {
+                    "world_model": (1, 0),
+                    "action_schedule": (4, 0),
+                    "stream": (5, 0),
+                    "start_image": (2, 0),
+                    "clip_vision": (3, 0),
+                },
+            ),
+            (7, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/matrix_game2_gta"}, {"video": (6, 2)}),
+        ],
+        [MG2_GTA, MG2_VAE, CLIP_VISION_H],
+    ),
 }
 
 
@@ -338,9 +438,10 @@ def build_ui(
 def main() -> None:
     from inferix_nodes import NODE_CLASS_MAPPINGS
 
-    schemas = {k: NodeSchema.from_class(k, v) for k, v in NODE_CLASS_MAPPINGS.items()}
+    classes = {**NODE_CLASS_MAPPINGS, **CORE_NODE_CLASSES}
+    schemas = {k: NodeSchema.from_class(k, v) for k, v in classes.items()}
     for name, (title, nodes, models) in GRAPHS.items():
-        ui = build_ui(title, nodes, models, schemas, NODE_CLASS_MAPPINGS)
+        ui = build_ui(title, nodes, models, schemas, classes)
         (HERE / f"{name}.json").write_text(json.dumps(ui, indent=2) + "\n", encoding="utf-8")
         (HERE / f"{name}_api.json").write_text(json.dumps(build_api(nodes, schemas), indent=2) + "\n", encoding="utf-8")
         log.info("wrote %s.json and %s_api.json", name, name)

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..cache import KVCacheConfig
+from ..controls import control_spec_of
 from ..errors import MissingFileError, WorkflowError
+from ..image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
+from ..image_world import takes_start_image
 from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
@@ -51,6 +54,8 @@ class PlaySetup:
     height: int | None = None
     seed: int = 0
     cache: KVCacheConfig | None = None
+    start_image: str | None = None  # image-started models (Matrix-Game 2.0): the start image file
+    clip_vision: str | None = None  # and its CLIP vision file (clip_vision_h.safetensors)
 
 
 @dataclass
@@ -110,6 +115,12 @@ def register(subparsers: Any) -> None:
         choices=["auto", "ema", "generator"],
         help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
     )
+    p.add_argument("--image", default=None, help="start image of an image-started model (Matrix-Game 2.0)")
+    p.add_argument(
+        "--clip-vision",
+        default=None,
+        help="CLIP vision file for the start image (models/clip_vision/clip_vision_h.safetensors)",
+    )
     p.add_argument("--vae", default=None, help="VAE file for a checkpoint")
     p.add_argument("--text-encoder", default=None, help="umT5 file for a checkpoint")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -138,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     width = args.width or setup.width
     height = args.height or setup.height
     if width is None or height is None:
-        width, height = width or DEFAULT_SIZE[0], height or DEFAULT_SIZE[1]
+        default = IMAGE_MODEL_SIZE if takes_start_image(setup.world_model) else DEFAULT_SIZE
+        width, height = width or default[0], height or default[1]
     if args.no_save:
         output = None
     elif args.output:
@@ -148,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
 
     def ready(view: LiveView) -> None:
         keys = ", ".join(f"{k} → {a}" for k, a in view.key_actions.items()) or "none (this model takes no actions)"
+        if view.controls is not None:
+            keys = view.controls.describe_keys() + ("; click the video for mouse-look" if view.controls.mouse else "")
         print(f"live view: {view.url}  (keys: {keys}; Ctrl-C or the page's stop button ends the session)")
         if args.open:
             webbrowser.open(view.url)
@@ -166,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         hard_switch=args.hard_switch,
         hold_actions=not args.no_hold,
         on_ready=ready,
+        start_image=args.image or setup.start_image,
+        clip_vision=args.clip_vision or setup.clip_vision,
     )
     how = "interrupted" if result.interrupted else "stopped"
     print(f"{how} after {result.num_blocks} blocks ({result.num_frames} frames, {result.seconds:.1f} s)")
@@ -190,14 +206,19 @@ def play(
     hold_actions: bool = True,
     key_actions: Mapping[str, str] | None = None,
     on_ready: Callable[[LiveView], None] | None = None,
+    start_image: Any = None,
+    clip_vision: Any = None,
 ) -> PlayResult:
     """Serve a LiveView, run an InteractiveSession on its inputs, and close everything cleanly.
 
     Returns when the page sends stop, after `max_blocks`, or on Ctrl-C (KeyboardInterrupt is absorbed:
     the sinks close, so the mp4 is complete up to the last finished block).
     """
+    controls = control_spec_of(world_model) if takes_start_image(world_model) or start_image is not None else None
     keys = dict(key_actions) if key_actions is not None else key_map(world_model.action_names)
-    view = LiveView(host, port, fps=world_model.fps, key_actions=keys)
+    if controls is not None:  # keyboard/mouse models: held keys and mouse-look, no named actions
+        keys = {}
+    view = LiveView(host, port, fps=world_model.fps, key_actions=keys, controls=controls)
     sinks: list[Any] = [view]
     mp4 = Mp4Sink(output, fps=world_model.fps) if output is not None else None
     if mp4 is not None:
@@ -220,6 +241,8 @@ def play(
             hard_switch=hard_switch,
             hold_actions=hold_actions,
             default_action=idle,
+            start_image=start_image,
+            clip_vision=clip_vision,
         )
         if on_ready is not None:
             on_ready(view)
@@ -344,6 +367,8 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
                               quantization=kv.get("quantization", "none"))  # fmt: skip
     gen = nodes.get("InferixBlockDenoise", {})
     prompt = gen.get("prompt") if isinstance(gen.get("prompt"), str) else ""
+    image = nodes.get("LoadImage", {}).get("image")  # core Load Image: a file in ComfyUI's input folder
+    clip = nodes.get("CLIPVisionLoader", {}).get("clip_name")
     return PlaySetup(
         world_model,
         prompt=prompt,
@@ -351,6 +376,20 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         height=gen.get("height"),
         seed=int(gen.get("seed", 0)),
         cache=cache,
+        start_image=_resolve_input_image(image) if image and not args.image else None,
+        clip_vision=_resolve_model_file("clip_vision", clip) if clip and not args.clip_vision else None,
+    )
+
+
+def _resolve_input_image(name: str) -> str:
+    """A workflow's Load Image file: as given, else under $INFERIX_INPUT_DIR (ComfyUI's input folder)."""
+    if Path(name).is_file():
+        return name
+    root = os.environ.get("INFERIX_INPUT_DIR")
+    if root and (Path(root) / name).is_file():
+        return str(Path(root) / name)
+    raise MissingFileError(
+        f"start image '{name}' was not found: pass --image PATH, or set INFERIX_INPUT_DIR to ComfyUI's input folder"
     )
 
 

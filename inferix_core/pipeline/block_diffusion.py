@@ -165,7 +165,8 @@ class BlockDiffusionPipeline:
             raise ShapeMismatchError(
                 f"{what} have shape {tuple(req.context.shape)}; expected (B, L, {cfg.context_dim})"
             )
-        if req.actions is not None and not (cfg.action_dim or cfg.action_config):
+        image_started = cfg.in_dim == 2 * cfg.out_dim + 4  # I2V: per-block inputs (image_world) come as `action`
+        if req.actions is not None and not (cfg.action_dim or cfg.action_config) and not image_started:
             raise ConfigError("actions were given but this model has no action input")
 
     def generate(self, request: GenerationRequest, hooks: PipelineHooks | None = None) -> torch.Tensor:
@@ -248,7 +249,10 @@ class BlockDiffusionPipeline:
             max_frames=max_frames,
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
-        cache = self.model.extend_kv_cache(create_kv_cache(self.cache_config, spec), self.cache_config, spec)
+        cache = create_kv_cache(self.cache_config, spec)
+        extend = getattr(self.model, "extend_kv_cache", None)  # models with caches of their own (action modules)
+        if extend is not None:
+            cache = extend(cache, self.cache_config, spec)
         self.kv_cache = cache
         text = self.model.prepare_context(to_device_async(context, self.device))
         return StreamState(
@@ -389,6 +393,8 @@ class BlockDiffusionPipeline:
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
         if isinstance(action, torch.Tensor):
             action = to_device_async(action, self.device)
+        elif action is not None:  # per-block inputs of image-started models (image_world.MatrixGameBlock)
+            action = action.to(self.device)
         flow = self.model(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
         )
@@ -401,6 +407,8 @@ class BlockDiffusionPipeline:
             return request.actions.for_block(start, num_frames).to(self.device, self.dtype)
         if callable(request.actions):
             act = request.actions(start, num_frames)
+            if not isinstance(act, torch.Tensor):  # a model's own per-block inputs: it checks them itself
+                return act
         else:
             act = request.actions[:, start : start + num_frames]
         if act.shape[1] != num_frames:

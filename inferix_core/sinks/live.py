@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from PIL import Image
 
+from inferix_core.controls import ControlSpec, validate_control_event
 from inferix_core.errors import ConfigError
 from inferix_core.sinks.base import FrameSink, to_uint8_frames
 
@@ -35,7 +36,7 @@ DEFAULT_KEY_ACTIONS: dict[str, str] = {
     "w": "forward", "arrowup": "forward", "s": "backward", "arrowdown": "backward",
     "a": "left", "arrowleft": "left", "d": "right", "arrowright": "right",
 }  # fmt: skip
-EVENT_TYPES = ("prompt", "action", "pause", "resume", "stop")
+EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop")
 MAX_PROMPT_CHARS = 4000
 MAX_BODY_BYTES = 64 * 1024
 _POLL_S = 0.25  # how often streaming handlers look at the stop flag
@@ -47,8 +48,9 @@ class InputQueue:
     Each event gets a ``seq`` number (0, 1, …) so a consumer can check it saw them all.
     """
 
-    def __init__(self, actions: set[str] | None = None):
+    def __init__(self, actions: set[str] | None = None, controls: ControlSpec | None = None):
         self.actions = set(actions) if actions is not None else set(DEFAULT_KEY_ACTIONS.values())
+        self.controls = controls  # keyboard/mouse models: what a "control" event may carry
         self._events: deque[dict[str, Any]] = deque()
         self._cond = threading.Condition()
         self._next_seq = 0
@@ -70,6 +72,8 @@ class InputQueue:
             if raw.get("name") not in self.actions:
                 raise ConfigError(f"action {raw.get('name')!r} is not one of {sorted(self.actions)}.")
             event["name"] = raw["name"]
+        elif event["type"] == "control":  # {"keys": [...], "mouse": [p, y], "look": [dx, dy]}
+            event.update(validate_control_event(raw, self.controls))
         return event
 
     def put(self, raw: Any) -> dict[str, Any]:
@@ -258,6 +262,8 @@ class LiveView(FrameSink):
         jpeg_quality: 1-100.
         key_actions: lower-cased ``KeyboardEvent.key`` → action name; defaults to WASD / arrows.
         buffer_frames: frames kept for viewers that fall behind.
+        controls: keyboard/mouse models (Matrix-Game 2.0): the page sends held keys and pointer-lock
+            mouse movement as ``control`` events instead of named actions.
     """
 
     def __init__(
@@ -269,6 +275,7 @@ class LiveView(FrameSink):
         jpeg_quality: int = 85,
         key_actions: Mapping[str, str] | None = None,
         buffer_frames: int = 64,
+        controls: ControlSpec | None = None,
     ):
         if fps <= 0 or not 1 <= jpeg_quality <= 100 or buffer_frames < 1:
             raise ConfigError(
@@ -277,7 +284,8 @@ class LiveView(FrameSink):
             )
         self.host, self.port, self.fps = host, port, float(fps)
         self.key_actions = dict(DEFAULT_KEY_ACTIONS if key_actions is None else key_actions)
-        self.inputs = InputQueue(set(self.key_actions.values()))
+        self.controls = controls
+        self.inputs = InputQueue(set(self.key_actions.values()), controls=controls)
         self.hub = _Broadcast(buffer_frames, jpeg_quality)
         self.stopping = threading.Event()
         self.num_frames = 0
@@ -318,7 +326,8 @@ class LiveView(FrameSink):
         """The self-contained HTML page with this view's key map and fps filled in."""
         if self._page is None:
             template = resources.files("inferix_core.sinks").joinpath("live.html").read_text(encoding="utf-8")
-            config = json.dumps({"key_actions": self.key_actions, "fps": self.fps})
+            controls = None if self.controls is None else self.controls.page_config()
+            config = json.dumps({"key_actions": self.key_actions, "fps": self.fps, "controls": controls})
             self._page = template.replace("/*INFERIX_CONFIG*/{}", config)
         return self._page
 

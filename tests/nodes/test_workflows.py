@@ -18,7 +18,24 @@ USE_CASES = {
     "lvbench_score",
     "longlive_lora",
     "causal_forcing_t2v",
+    "matrix_game2_universal",
+    "matrix_game2_gta_drive",
 }
+
+
+def load_build():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("workflows_build", WORKFLOWS / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return build
+
+
+@pytest.fixture(scope="module")
+def with_core_nodes(node_classes):
+    """The pack's nodes plus the interfaces of the core nodes (Load Image, Load CLIP Vision) some workflows use."""
+    return {**node_classes, **load_build().CORE_NODE_CLASSES}
 
 
 def graph(workflow: dict) -> dict:
@@ -44,14 +61,14 @@ def downloaded_models(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("api_file", API_FILES, ids=lambda p: p.stem)
-def test_ui_and_api_twins_match_and_validate(api_file, node_classes, downloaded_models):
+def test_ui_and_api_twins_match_and_validate(api_file, with_core_nodes, downloaded_models):
     from inferix_core.workflow import load_workflow, validate
 
     api = json.loads(api_file.read_text())
     ui_file = api_file.with_name(api_file.name.replace("_api.json", ".json"))
-    assert graph(load_workflow(ui_file, node_classes)) == graph(api)
-    validate(api, node_classes)
-    assert any(node_classes[n["class_type"]].OUTPUT_NODE for n in api.values())
+    assert graph(load_workflow(ui_file, with_core_nodes)) == graph(api)
+    validate(api, with_core_nodes)
+    assert any(getattr(with_core_nodes[n["class_type"]], "OUTPUT_NODE", False) for n in api.values())
 
 
 @pytest.mark.parametrize("api_file", API_FILES, ids=lambda p: p.stem)
@@ -60,7 +77,14 @@ def test_ui_files_carry_download_hints(api_file):
     for node in ui["nodes"]:
         for model in node.get("properties", {}).get("models", []):
             assert model["url"].startswith("https://") and model["url"].endswith(model["name"])
-            assert model["directory"] in {"diffusion_models", "vae", "text_encoders", "vae_approx", "loras"}
+            assert model["directory"] in {
+                "diffusion_models",
+                "vae",
+                "text_encoders",
+                "vae_approx",
+                "loras",
+                "clip_vision",
+            }
         names = [i["name"] for i in node["inputs"]]
         assert len(names) == len(set(names))
     for link_id, src, src_slot, dst, dst_slot, kind in ui["links"]:
@@ -71,11 +95,7 @@ def test_ui_files_carry_download_hints(api_file):
 
 def test_workflows_are_up_to_date(tmp_path, monkeypatch):
     """workflows/build.py regenerates exactly the committed files."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("workflows_build", WORKFLOWS / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = load_build()
     monkeypatch.setattr(build, "HERE", tmp_path)
     build.main()
     for produced in tmp_path.glob("*.json"):

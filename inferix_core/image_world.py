@@ -1,0 +1,151 @@
+"""Inputs of image-started, keyboard/mouse-driven world models (Matrix-Game 2.0), per block.
+
+Joins the three sources of conditioning the model takes besides noise:
+
+* `cond_concat` (mask + VAE latents of the start image and zero frames, `image_conditioning`),
+* `visual_context`, the CLIP ViT-H tokens of the start image (`vision`), which take the place of
+  the text context (the pipeline's `context`, encoded once into the cross-attention K/V),
+* keyboard and mouse rows per pixel frame (`controls`).
+
+`MatrixGameInputs.for_block(start, n)` gives what one block's calls take, as the authors'
+`cond_current` slices it: cond_concat frames [start, start + n) and the action rows
+[0, 1 + 4·(start + n − 1)). The fields carry the names of the model's `MatrixGameConditioning`
+(cond_concat, visual_context, keyboard, mouse), so `MatrixGameConditioning(**block.fields())` is the
+only glue the model side needs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .controls import ActionTrack, Control, ControlChannel, ControlSpec, PixelFrameActions, block_rows, control_spec_of
+from .errors import ConfigError
+from .image_conditioning import StartImageLatents, start_image_pixels
+from .schedules import ActionSchedule, BlockTiming
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIZE = (640, 352)  # (width, height) Matrix-Game 2.0 was trained at
+
+
+def takes_start_image(world_model: Any) -> bool:
+    """Image-started models read 16 noise channels + 20 of cond_concat (Wan I2V's in_dim 36)."""
+    cfg = getattr(world_model, "config", None)
+    return cfg is not None and getattr(cfg, "in_dim", 16) == 2 * getattr(cfg, "out_dim", 16) + 4
+
+
+@dataclass(frozen=True)
+class MatrixGameBlock:
+    """What every call of one block takes besides the noisy latents and the timestep."""
+
+    cond_concat: torch.Tensor  # [1, 4 + z, n, h, w]
+    visual_context: torch.Tensor  # [1, tokens, width]
+    keyboard: torch.Tensor  # [1, 1 + 4·(start + n − 1), K]
+    mouse: torch.Tensor | None  # [1, same rows, 2]
+
+    def fields(self) -> dict[str, torch.Tensor | None]:
+        return {"cond_concat": self.cond_concat, "visual_context": self.visual_context,
+                "keyboard": self.keyboard, "mouse": self.mouse}  # fmt: skip
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> MatrixGameBlock:
+        move = lambda t: None if t is None else t.to(device, dtype)  # noqa: E731
+        return MatrixGameBlock(move(self.cond_concat), move(self.visual_context), move(self.keyboard), move(self.mouse))
+
+
+def visual_tokens(clip_vision: Any, pixels: torch.Tensor) -> torch.Tensor:
+    """CLIP tokens of the start pixels from a CLIPVisionEncoder, a file/folder path, a CLIP_VISION_OUTPUT or a tensor."""
+    from .vision import CLIPVisionEncoder, tokens_from_clip_vision_output
+
+    if clip_vision is None:
+        raise ConfigError(
+            "this model needs the CLIP vision tokens of its start image: give clip_vision "
+            "(models/clip_vision/clip_vision_h.safetensors, or a CLIP_VISION_OUTPUT from CLIP Vision Encode)"
+        )
+    if isinstance(clip_vision, torch.Tensor):
+        return clip_vision.float() if clip_vision.dim() == 3 else clip_vision.float().unsqueeze(0)
+    if isinstance(clip_vision, (str, bytes)) or hasattr(clip_vision, "__fspath__"):
+        clip_vision = CLIPVisionEncoder.load(clip_vision)
+    if isinstance(clip_vision, CLIPVisionEncoder):
+        return clip_vision.encode(pixels)
+    return tokens_from_clip_vision_output(clip_vision)
+
+
+class MatrixGameInputs:
+    """The start image's conditioning and the action track of one run or session.
+
+    Args:
+        world_model: an image-started model handle with a `control_variant` (or pass `spec`).
+        image: the start image (path, PIL, uint8 array, ComfyUI IMAGE).
+        width, height: the video size (default 640×352).
+        clip_vision: CLIPVisionEncoder, its file, a CLIP_VISION_OUTPUT, or the tokens [1, T, D].
+    """
+
+    def __init__(self, world_model: Any, image: Any, width: int, height: int, clip_vision: Any = None,
+                 spec: ControlSpec | None = None):  # fmt: skip
+        if not takes_start_image(world_model):
+            raise ConfigError(
+                "this model takes no image: disconnect the start image (an image-started model such as "
+                "Matrix-Game 2.0 has 36 input channels)"
+            )
+        if image is None:
+            raise ConfigError("this model starts from an image: connect a start image (e.g. Load Image)")
+        self.spec = spec or control_spec_of(world_model)
+        if self.spec is None:
+            raise ConfigError("this image-started model has no keyboard/mouse controls (no control_variant)")
+        self.pixels = start_image_pixels(image, height, width)
+        self.start = StartImageLatents(world_model.vae, self.pixels)
+        self.visual_context = visual_tokens(clip_vision, self.pixels)
+        self.track = ActionTrack(self.spec, world_model.temporal_compression)
+
+    def fill(self, actions: Any, num_blocks: int, block_frames: int, timing: BlockTiming) -> None:
+        """Write a finite run's action rows: an ActionSchedule, rows {"keyboard", "mouse"}, or None (no input)."""
+        if len(self.track):
+            raise ConfigError("the action track is already written")
+        if isinstance(actions, ControlChannel):
+            return  # written block by block from the channel (`live_block`)
+        if isinstance(actions, ActionSchedule):
+            self.track = actions.action_track(self.spec, num_blocks, block_frames, timing, self.track.stride)
+            return
+        if actions is None:
+            log.info("no actions given: every frame gets no key and no mouse movement")
+            for b in range(num_blocks):
+                self.track.write_block(b * block_frames, block_frames, Control())
+            return
+        if isinstance(actions, PixelFrameActions):
+            actions = {"keyboard": actions.keyboard, "mouse": actions.mouse}
+        if isinstance(actions, dict) and "keyboard" in actions:
+            self.track.set_rows(torch.as_tensor(actions["keyboard"]).float(),
+                                None if actions.get("mouse") is None else torch.as_tensor(actions["mouse"]).float())  # fmt: skip
+            need = 1 + self.track.stride * (num_blocks * block_frames - 1)
+            if len(self.track) < need:
+                raise ConfigError(f"{num_blocks} blocks need {need} action rows (1 + 4·(F − 1)); got {len(self.track)}")
+            return
+        raise ConfigError(
+            "actions for a keyboard/mouse model are an Action Schedule ('0 | W', '2 | W+A yaw=0.1') or rows "
+            "{'keyboard': [T, K], 'mouse': [T, 2]}"
+        )
+
+    def live_block(self, channel: ControlChannel, start: int, num_frames: int) -> MatrixGameBlock:
+        """Write the block's new rows from the live controls (events queued so far), then `for_block`.
+
+        Every call of a block asks again (steps and context pass); only the first one writes its rows.
+        """
+        lo, hi = block_rows(start, num_frames, self.track.stride)
+        if len(self.track) == lo:
+            control, extra = channel.take_block(hi - lo)
+            self.track.write_block(start, num_frames, control, extra)
+        return self.for_block(start, num_frames)
+
+    def for_block(self, start: int, num_frames: int) -> MatrixGameBlock:
+        """The block at latent frame `start`: cond_concat of its frames and every action row up to its last."""
+        rows = self.track.for_block(start, num_frames)
+        return MatrixGameBlock(
+            self.start.cond_concat(start, num_frames), self.visual_context, rows.keyboard, rows.mouse
+        )
+
+
+__all__ = ["DEFAULT_SIZE", "MatrixGameBlock", "MatrixGameInputs", "takes_start_image", "visual_tokens"]
