@@ -277,7 +277,7 @@ def generate_video(
                 raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
             image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             image_inputs.fill(actions, num_blocks, sampling.block_frames, timing)
-            # (start, n) → MatrixGameBlock, read by every call of the block
+            # (start, n) → MatrixGameBlockInput, read by every call of the block
             action_tensor = (
                 functools.partial(image_inputs.live_block, actions)
                 if isinstance(actions, ControlChannel)

@@ -134,10 +134,10 @@ def get_control_spec(variant: str | ControlSpec) -> ControlSpec:
 def control_spec_of(world_model: Any) -> ControlSpec | None:
     """The controls of a world model with per-pixel-frame actions, else None (named-action or text models).
 
-    Read from the model handle's `control_variant` (a CONTROL_SPECS name or a ControlSpec), the one
-    attribute a Matrix-Game loader sets.
+    Read from the model handle's `control_variant` (a CONTROL_SPECS name or a ControlSpec) or the
+    Matrix-Game variant name the loader sets (`WorldModel.variant`: universal, gta_drive, templerun).
     """
-    variant = getattr(world_model, "control_variant", None)
+    variant = getattr(world_model, "control_variant", None) or getattr(world_model, "variant", None) or None
     return None if variant is None else get_control_spec(variant)
 
 

@@ -17,7 +17,6 @@ only glue the model side needs.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,6 +24,7 @@ import torch
 from .controls import ActionTrack, Control, ControlChannel, ControlSpec, PixelFrameActions, block_rows, control_spec_of
 from .errors import ConfigError
 from .image_conditioning import StartImageLatents, start_image_pixels
+from .models.wan.action_module import MatrixGameBlockInput
 from .schedules import ActionSchedule, BlockTiming
 
 log = logging.getLogger(__name__)
@@ -36,24 +36,6 @@ def takes_start_image(world_model: Any) -> bool:
     """Image-started models read 16 noise channels + 20 of cond_concat (Wan I2V's in_dim 36)."""
     cfg = getattr(world_model, "config", None)
     return cfg is not None and getattr(cfg, "in_dim", 16) == 2 * getattr(cfg, "out_dim", 16) + 4
-
-
-@dataclass(frozen=True)
-class MatrixGameBlock:
-    """What every call of one block takes besides the noisy latents and the timestep."""
-
-    cond_concat: torch.Tensor  # [1, 4 + z, n, h, w]
-    visual_context: torch.Tensor  # [1, tokens, width]
-    keyboard: torch.Tensor  # [1, 1 + 4·(start + n − 1), K]
-    mouse: torch.Tensor | None  # [1, same rows, 2]
-
-    def fields(self) -> dict[str, torch.Tensor | None]:
-        return {"cond_concat": self.cond_concat, "visual_context": self.visual_context,
-                "keyboard": self.keyboard, "mouse": self.mouse}  # fmt: skip
-
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> MatrixGameBlock:
-        move = lambda t: None if t is None else t.to(device, dtype)  # noqa: E731
-        return MatrixGameBlock(move(self.cond_concat), move(self.visual_context), move(self.keyboard), move(self.mouse))
 
 
 def visual_tokens(clip_vision: Any, pixels: torch.Tensor) -> torch.Tensor:
@@ -129,7 +111,7 @@ class MatrixGameInputs:
             "{'keyboard': [T, K], 'mouse': [T, 2]}"
         )
 
-    def live_block(self, channel: ControlChannel, start: int, num_frames: int) -> MatrixGameBlock:
+    def live_block(self, channel: ControlChannel, start: int, num_frames: int) -> MatrixGameBlockInput:
         """Write the block's new rows from the live controls (events queued so far), then `for_block`.
 
         Every call of a block asks again (steps and context pass); only the first one writes its rows.
@@ -140,12 +122,11 @@ class MatrixGameInputs:
             self.track.write_block(start, num_frames, control, extra)
         return self.for_block(start, num_frames)
 
-    def for_block(self, start: int, num_frames: int) -> MatrixGameBlock:
-        """The block at latent frame `start`: cond_concat of its frames and every action row up to its last."""
+    def for_block(self, start: int, num_frames: int) -> MatrixGameBlockInput:
+        """The block at latent frame `start`: cond_concat of its frames and every action row up to its last,
+        as the model's own per-block input (the CLIP tokens go to the pipeline as its context)."""
         rows = self.track.for_block(start, num_frames)
-        return MatrixGameBlock(
-            self.start.cond_concat(start, num_frames), self.visual_context, rows.keyboard, rows.mouse
-        )
+        return MatrixGameBlockInput(self.start.cond_concat(start, num_frames), rows.keyboard, rows.mouse)
 
 
-__all__ = ["DEFAULT_SIZE", "MatrixGameBlock", "MatrixGameInputs", "takes_start_image", "visual_tokens"]
+__all__ = ["DEFAULT_SIZE", "MatrixGameInputs", "takes_start_image", "visual_tokens"]

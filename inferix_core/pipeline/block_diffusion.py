@@ -393,7 +393,7 @@ class BlockDiffusionPipeline:
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
         if isinstance(action, torch.Tensor):
             action = to_device_async(action, self.device)
-        elif action is not None:  # per-block inputs of image-started models (image_world.MatrixGameBlock)
+        elif action is not None:  # per-block inputs of image-started models (MatrixGameBlockInput, from image_world)
             action = action.to(self.device)
         flow = self.model(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
