@@ -160,10 +160,11 @@ def open_tensor_source(path: Path, containers: Sequence[str] = ()) -> TensorSour
         head = f.read(9)
     if len(head) < 9:
         raise CheckpointLayoutError(f"'{path.name}' is {len(head)} bytes long: empty or truncated.")
-    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch zip / legacy pickle
-        return _load_torch(path, containers)
+    # safetensors first: its u64 header length may start with byte 0x80, a legacy pickle's first byte
     if head[8:9] == b"{":  # safetensors: u64 header length, then the JSON header
         return SafetensorsSource([path])
+    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch zip / legacy pickle
+        return _load_torch(path, containers)
     raise CheckpointLayoutError(
         f"'{path.name}' is neither a safetensors file nor a torch checkpoint (first bytes {head[:8]!r}); "
         "it may be corrupt, or a GGUF/other format we don't read."

@@ -1,0 +1,82 @@
+"""The Wan 2.2 TI2V-5B transformer: its config read from the weights, and Wan2.2's own forward with per-token
+timesteps (frame 0 clean at t = 0) reproduced by our per-frame timesteps (tests/fixtures/wan22_ti2v*.safetensors,
+written by bench/fixtures/gen_wan22_ti2v.py). Sizes come from the fixture metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
+from inferix_core.models.wan.checkpoint import load_wan_checkpoint
+from inferix_core.models.wan.config import WanConfig
+from inferix_core.models.wan.shapes import expected_wan_shapes, infer_wan_config
+
+FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("wan22_ti2v*.safetensors"))
+ATOL = 1e-4
+
+
+@pytest.fixture(params=FIXTURES, ids=[p.name for p in FIXTURES], scope="module")
+def fx(request):
+    path = request.param
+    info = json.loads(safe_open(str(path), "pt").metadata()["info"])
+    sd, cfg, _ = load_wan_checkpoint(path)
+    model = CausalWanTransformer(cfg).eval()
+    model.load_state_dict(sd)
+    return path, info, load_file(str(path)), model
+
+
+def test_fixture_present():
+    assert FIXTURES, "no tests/fixtures/wan22_ti2v*.safetensors; run bench/fixtures/gen_wan22_ti2v.py"
+
+
+def test_config_read_from_weights(fx):
+    _, info, _, model = fx
+    c, want = model.config, info["config"]
+    assert (c.in_dim, c.out_dim, c.dim, c.ffn_dim, c.freq_dim, c.text_dim, c.num_layers, c.num_heads) == (
+        want["in_dim"], want["out_dim"], want["dim"], want["ffn_dim"], want["freq_dim"], want["text_dim"],
+        want["num_layers"], want["num_heads"],
+    )  # fmt: skip
+    assert list(c.patch_size) == want["patch_size"]
+
+
+@pytest.mark.parametrize("case", ["t2v", "ti2v"])
+def test_forward_matches_wan22(fx, case):
+    """One chunk without a cache is WanModel's full attention; per-frame t (frame 0 at 0) = their per-token t."""
+    _, info, t, model = fx
+    frames = info["latent_shape"][2]
+    if case == "t2v":
+        timestep = torch.full((1, frames), float(info["timestep"]))
+    else:
+        timestep = t["timestep_per_frame"]
+        per_token = t["timestep_per_token"].reshape(1, frames, -1)  # (f, h·w) order, as patchified
+        assert torch.equal(per_token, timestep[:, :, None].expand_as(per_token))  # constant per frame
+        assert (timestep[:, : info["clean_first_frames"]] == 0).all()
+    with torch.no_grad():
+        flow = model(t["x"], timestep, t["context"].unsqueeze(0))
+    assert torch.isfinite(flow).all()
+    torch.testing.assert_close(flow, t[f"flow_{case}"], atol=ATOL, rtol=0)
+
+
+def test_ti2v_5b_config_is_inferred_from_its_shapes():
+    """The released TI2V-5B sizes (meta shapes only, nothing allocated): 3072 wide, 24 heads of 128, 30 layers."""
+    cfg = WanConfig("ti2v", in_dim=48, out_dim=48, dim=3072, ffn_dim=14336, num_heads=24, num_layers=30)
+    got = infer_wan_config(expected_wan_shapes(cfg))
+    assert got == cfg and got.head_dim == 128 and got.model_type == "ti2v"
+    assert 4.9e9 < got.num_parameters() < 5.1e9
+    assert got.frame_tokens(44, 80) == 880  # 704x1280 through the 16x VAE: 44x80 latents, 880 tokens per frame
+
+
+def test_safetensors_whose_header_length_starts_with_0x80_is_not_taken_for_a_pickle(fx):
+    """Regression: a header of 0x..80 bytes made the first byte 0x80 (a legacy pickle's) and lost the metadata."""
+    from inferix_core.models.wan.checkpoint import CONTAINER_KEYS
+    from inferix_core.models.wan.sources import SafetensorsSource, open_tensor_source
+
+    path = fx[0]
+    src = open_tensor_source(path, CONTAINER_KEYS)
+    assert isinstance(src, SafetensorsSource) and "info" in src.metadata
