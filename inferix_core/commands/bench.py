@@ -9,8 +9,15 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the engine with random weights (table + JSON)")
-    p.add_argument("--preset", default="wan-1.3b", choices=["wan-1.3b", "tiny"], help="model size and resolution")
-    p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
+    p.add_argument(
+        "--preset",
+        default="wan-1.3b",
+        help="model size and resolution: wan-1.3b (480x832), wan-5b (Wan 2.2 TI2V-5B, 704x1280), tiny, tiny-5b (CPU)",
+    )
+    p.add_argument(
+        "--latent-frames", type=int, default=None, help="latent frames (default: the preset's; 21 -> 81 pixel frames)"
+    )
+    p.add_argument("--block-frames", type=int, default=None, help="latent frames per block (default: the preset's)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default="cuda", help="cuda or cpu")
     p.add_argument("--warmup", type=int, default=1)
@@ -33,10 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..benchmark import BenchConfig, format_table, run_engine_benchmark
+    from ..benchmark import PRESETS, BenchConfig, format_table, run_engine_benchmark
+    from ..errors import ConfigError
 
-    cfg = BenchConfig(
-        preset=args.preset, latent_frames=args.latent_frames, dtype=args.dtype, device=args.device,
+    if args.preset not in PRESETS:
+        raise ConfigError(f"unknown preset '{args.preset}'; expected one of {', '.join(PRESETS)}")
+
+    cfg = BenchConfig.for_preset(
+        args.preset, latent_frames=args.latent_frames, block_frames=args.block_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8,

@@ -272,6 +272,26 @@ def wan_decode_working_set_bytes(
     return 8 * batch * dim * 4 * latent_frames * (8 * latent_h) * (8 * latent_w) * elem_bytes
 
 
+WAN22_VAE_PARAMETERS = 704_688_668  # Wan2.2_VAE.pth (encoder 160 wide, decoder 256): 2.82 GB in fp32
+
+
+def estimated_vae_bytes(
+    latent_channels: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int, dim: int = 96
+) -> int:
+    """Weights + streaming-decode working set of the Wan VAE that goes with `latent_channels`, when none is at hand.
+
+    16 channels: the Wan 2.1 VAE with base width `dim` (weights scale as dim²). 48 channels: the released
+    Wan 2.2 VAE (`dim` is ignored); its decoder's last stage is 256 wide at 8x the latent grid, before the
+    2x unpatchify, which the Wan 2.1 formula covers with dim 256, for one latent frame per decoder call (how
+    `Wan22VAE` streams; an estimate, not calibrated on a GPU).
+    """
+    if latent_channels == 48:
+        working = wan_decode_working_set_bytes(256, latent_h, latent_w, min(latent_frames, 1), batch, elem_bytes)
+        return WAN22_VAE_PARAMETERS * elem_bytes + working
+    working = wan_decode_working_set_bytes(dim, latent_h, latent_w, latent_frames, batch, elem_bytes)
+    return int(127e6 * (dim / 96) ** 2) * elem_bytes + working
+
+
 @dataclass(frozen=True)
 class VAEDecodeOptions:
     """How the Wan VAE decoder runs; every option gives the reference decode up to floating-point rounding.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,9 @@ from .layers import (
     assign_cache_keys,
 )
 from .wan_vae import WanVAE, _Head, _run
+
+if TYPE_CHECKING:
+    from .streaming import StreamDecoder
 
 
 def patchify(x: Tensor, p: int) -> Tensor:
@@ -231,14 +235,26 @@ class Wan22VAE(WanVAE):
     def config_from_state_dict(cls, sd: Mapping[str, Tensor], **overrides) -> Wan22VAEConfig:
         return Wan22VAEConfig.from_state_dict(sd, **overrides)
 
+    # Streaming sessions decode one latent frame per decoder call unless told otherwise, as the reference
+    # does: a whole 8-frame LongLive 2.0 block at 704x1280 at once would need ~30 GB of activations.
+    stream_latent_frames_per_step: int | None = 1
+
+    def stream_decoder(self, **kwargs) -> StreamDecoder:
+        """A `StreamDecoder` session; `latent_frames_per_step` defaults to `stream_latent_frames_per_step`."""
+        if kwargs.get("latent_frames_per_step") is None:
+            kwargs["latent_frames_per_step"] = self.stream_latent_frames_per_step
+        return super().stream_decoder(**kwargs)
+
     def decode_working_set_bytes(self, latent_h: int, latent_w: int, latent_frames: int, batch: int = 1) -> int:
-        """Estimated GPU bytes a streamed decode needs beyond the weights.
+        """Estimated GPU bytes a streamed decode needs beyond the weights (one decoder call's activations).
 
         The Wan 2.1 formula at the decoder's own output grid (8x the latent, before the 2x unpatchify)
-        with its width `dec_dim`: the largest activations live there. Not calibrated on a GPU yet.
+        with its width `dec_dim`, for the latent frames of one decoder call: the largest activations live
+        there. Not calibrated on a GPU yet.
         """
         elem = next(self.parameters()).element_size()
         scale = self.config.spatial_compression // self.config.patch_size // 8  # 1 for the released VAE
+        per_call = min(latent_frames, self.stream_latent_frames_per_step or latent_frames)
         return wan_decode_working_set_bytes(
-            self.config.dec_dim, latent_h * scale, latent_w * scale, latent_frames, batch, elem
+            self.config.dec_dim, latent_h * scale, latent_w * scale, per_call, batch, elem
         )

@@ -80,3 +80,23 @@ def test_safetensors_whose_header_length_starts_with_0x80_is_not_taken_for_a_pic
     path = fx[0]
     src = open_tensor_source(path, CONTAINER_KEYS)
     assert isinstance(src, SafetensorsSource) and "info" in src.metadata
+
+
+def test_memory_planner_knows_the_5b_sizes():
+    """Weights, KV cache (880 tokens per frame, 24 heads of 128) and the Wan 2.2 VAE estimate at 704x1280."""
+    from inferix_core.benchmark import PRESETS
+    from inferix_core.cache import KVCacheConfig, plan_memory
+    from inferix_core.vae import Wan22VAE, Wan22VAEConfig
+    from inferix_core.vae.config import WAN22_VAE_PARAMETERS, estimated_vae_bytes
+
+    p = PRESETS["wan-5b"]
+    cfg, h, w, n = p["config"], p["latent_height"], p["latent_width"], p["block_frames"]
+    plan = plan_memory(cfg, h, w, KVCacheConfig(window_frames=32, sink_frames=8), block_frames=n, dtype=torch.bfloat16)
+    assert plan.weights_bytes == cfg.num_parameters() * 2
+    assert plan.requested_cache.device_bytes == 2 * 30 * 32 * 880 * 3072 * 2  # K and V, layers, frames, tokens, dim
+    assert plan.vae_bytes == estimated_vae_bytes(48, h, w, n, 1, 2)
+    assert plan.vae_bytes > WAN22_VAE_PARAMETERS * 2  # the Wan 2.2 VAE's weights (705M), not the Wan 2.1 VAE's
+    with torch.device("meta"):
+        vae = Wan22VAE(Wan22VAEConfig()).to(torch.bfloat16)
+    weights = sum(q.numel() for q in vae.parameters()) * 2
+    assert weights + vae.decode_working_set_bytes(h, w, n) == plan.vae_bytes  # the same numbers with the VAE at hand
