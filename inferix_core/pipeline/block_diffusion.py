@@ -87,6 +87,9 @@ class GenerationRequest:
     actions: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None  # (B, F, A) or fn(start, n)
     prompt_schedule: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (block index, context)
     initial_latents: torch.Tensor | None = None  # clean frames to continue from (B, F0, C, H, W)
+    # Wan 2.2 TI2V / LongLive 2.0 image start: clean latents (B, k, C, H, W) held as the first k frames of the
+    # first generated block, at timestep 0 in every call of that block (the other frames denoise as usual)
+    clean_first_latents: torch.Tensor | None = None
 
 
 @dataclass
@@ -114,6 +117,7 @@ class StreamState:
     batch_size: int = 1
     next_frame: int = 0  # absolute index of the next block's first latent frame
     next_block: int = 0  # index of the next generated block (the noise source counts these)
+    clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
 
 
 class PipelineHooks:
@@ -187,6 +191,7 @@ class BlockDiffusionPipeline:
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
         state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
         schedule = dict(request.prompt_schedule)
+        state.clean_prefix = request.clean_first_latents
 
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
         for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
@@ -273,11 +278,18 @@ class BlockDiffusionPipeline:
         if context is not None:
             self.set_prompt(state, context)
         x = to_device_async(state.noise.initial(index * n, shape).float(), self.device)
+        prefix, state.clean_prefix = _check_clean_prefix(state.clean_prefix, shape), None
+        if prefix is not None:
+            prefix = to_device_async(prefix, self.device)
         for s, t in enumerate(self.timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
-                flow = self._call(state, x, t, start, n, action)
+                if prefix is not None:  # the clean frames go in at t = 0 and come out unchanged
+                    x[:, : prefix.shape[1]] = prefix
+                flow = self._call(state, x, t, start, n, action, clean_frames=0 if prefix is None else prefix.shape[1])
                 x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
+                if prefix is not None:
+                    x0[:, : prefix.shape[1]] = prefix
             hooks.on_step(index, s, x0)
             if s + 1 < len(self.sigmas):
                 eps = to_device_async(state.noise.step(index, s + 1, shape), self.device)
@@ -292,11 +304,22 @@ class BlockDiffusionPipeline:
         return out
 
     def _call(
-        self, state: StreamState, x: torch.Tensor, t: float, start: int, num_frames: int, action: torch.Tensor | None
+        self,
+        state: StreamState,
+        x: torch.Tensor,
+        t: float,
+        start: int,
+        num_frames: int,
+        action: torch.Tensor | None,
+        clean_frames: int = 0,
     ) -> torch.Tensor:
-        """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout."""
+        """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout.
+
+        Timesteps are per frame: the first `clean_frames` frames get t = 0 (Wan 2.2 TI2V's per-token mask).
+        """
         state.cache.begin(start, num_frames)
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
+        timestep[:, :clean_frames] = 0.0
         if action is not None:
             action = to_device_async(action, self.device)
         flow = self.model(
@@ -317,6 +340,21 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
+
+
+def _check_clean_prefix(prefix: torch.Tensor | None, block_shape: tuple[int, ...]) -> torch.Tensor | None:
+    """The clean first latents as float32 on the block's device, checked against the block (B, n, C, H, W)."""
+    if prefix is None:
+        return None
+    b, n, c, h, w = block_shape
+    if prefix.ndim != 5 or (prefix.shape[0], prefix.shape[2], *prefix.shape[3:]) != (b, c, h, w):
+        raise ShapeMismatchError(
+            f"clean_first_latents has shape {list(prefix.shape)}; expected [{b}, k, {c}, {h}, {w}] (normalised "
+            "latents of the start image, e.g. 1 frame encoded by the model's VAE)"
+        )
+    if not 0 < prefix.shape[1] < n:
+        raise ConfigError(f"clean_first_latents has {prefix.shape[1]} frames; a {n}-frame block holds 1..{n - 1}")
+    return prefix.float()
 
 
 def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:

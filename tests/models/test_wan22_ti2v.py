@@ -100,3 +100,56 @@ def test_memory_planner_knows_the_5b_sizes():
         vae = Wan22VAE(Wan22VAEConfig()).to(torch.bfloat16)
     weights = sum(q.numel() for q in vae.parameters()) * 2
     assert weights + vae.decode_working_set_bytes(h, w, n) == plan.vae_bytes  # the same numbers with the VAE at hand
+
+
+def _pipeline(model, block_frames: int):
+    from inferix_core.cache import KVCacheConfig
+    from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig
+
+    return BlockDiffusionPipeline(model, SamplingConfig(block_frames=block_frames), KVCacheConfig())
+
+
+def test_clean_first_latent_block_equals_the_ti2v_loop_written_out(fx):
+    """Image start (Wan 2.2 TI2V / LongLive 2.0 I2V): frame 0 of block 0 is held clean at t = 0.
+
+    The first block has no history, so it equals the few-step loop written out against the model alone:
+    x[:, 0] = image latent, per-frame t with frame 0 at 0, x0 = x − σ·flow, x0[:, 0] = image latent, re-noise.
+    """
+    from inferix_core.pipeline import GenerationRequest, SeededNoise
+
+    _, info, t, model = fx
+    _, c, frames, h, w = info["latent_shape"]
+    pipe = _pipeline(model, frames)
+    ctx = t["context"].unsqueeze(0)
+    image = torch.randn(1, 1, c, h, w, generator=torch.Generator().manual_seed(5))
+    req = GenerationRequest(2, h, w, ctx, seed=3, clean_first_latents=image)
+    out = pipe.generate(req)
+    assert torch.equal(out[:, :1], image)  # held clean exactly
+    noise = SeededNoise(3, total_shape=(1, 2 * frames, c, h, w))
+    x = noise.initial(0, (1, frames, c, h, w)).clone()
+    with torch.no_grad():
+        for s, step_t in enumerate(pipe.timesteps.tolist()):
+            x[:, :1] = image
+            timestep = torch.full((1, frames), step_t)
+            timestep[:, 0] = 0
+            flow = model(x.permute(0, 2, 1, 3, 4), timestep, ctx).permute(0, 2, 1, 3, 4)
+            x0 = pipe.scheduler.to_x0(flow, x, pipe.sigmas[s])
+            x0[:, :1] = image
+            if s + 1 < len(pipe.sigmas):
+                x = pipe.scheduler.add_noise(x0, noise.step(0, s + 1, x.shape), pipe.sigmas[s + 1])
+    torch.testing.assert_close(out[:, :frames], x0, atol=1e-5, rtol=0)
+    plain = pipe.generate(GenerationRequest(2, h, w, ctx, seed=3))
+    assert (plain[:, frames:] - out[:, frames:]).abs().max() > 1e-3  # the image conditions the next block too
+
+
+def test_clean_first_latents_are_checked(fx):
+    from inferix_core.errors import ConfigError, ShapeMismatchError
+    from inferix_core.pipeline import GenerationRequest
+
+    _, info, t, model = fx
+    _, c, frames, h, w = info["latent_shape"]
+    pipe, ctx = _pipeline(model, frames), t["context"].unsqueeze(0)
+    with pytest.raises(ShapeMismatchError, match="clean_first_latents"):
+        pipe.generate(GenerationRequest(1, h, w, ctx, clean_first_latents=torch.randn(1, 1, c + 1, h, w)))
+    with pytest.raises(ConfigError, match=f"1..{frames - 1}"):
+        pipe.generate(GenerationRequest(1, h, w, ctx, clean_first_latents=torch.randn(1, frames, c, h, w)))
