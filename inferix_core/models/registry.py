@@ -194,6 +194,7 @@ def load_world_model(
     if fp8:
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
+    _check_latent_channels(config, vae, vae_path)
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     text = _load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
     model = WorldModel(
@@ -257,6 +258,21 @@ def _load_vae(path: str, device, dtype):
     if device.type == "cuda":
         vae.decode_options = VAEDecodeOptions.fast()
     return vae
+
+
+def _check_latent_channels(config: WanConfig, vae, vae_path: str | None) -> None:
+    """The transformer and the VAE must share a latent space: 16 channels (Wan 2.1) or 48 (Wan 2.2 TI2V-5B)."""
+    z = getattr(getattr(vae, "config", None), "z_dim", None)
+    if z is not None and z != config.in_dim:
+        want = (
+            "a Wan 2.2 VAE (wan2.2_vae.safetensors)"
+            if config.in_dim == 48
+            else "a Wan 2.1 VAE (wan_2.1_vae.safetensors)"
+        )
+        raise ConfigError(
+            f"the transformer takes {config.in_dim} latent channels but the VAE '{Path(vae_path).name}' has {z}; "
+            f"use {want}"
+        )
 
 
 def _load_preview(path: str, full_vae, device, dtype):

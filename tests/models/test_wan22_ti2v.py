@@ -4,6 +4,7 @@ written by bench/fixtures/gen_wan22_ti2v.py). Sizes come from the fixture metada
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -153,3 +154,36 @@ def test_clean_first_latents_are_checked(fx):
         pipe.generate(GenerationRequest(1, h, w, ctx, clean_first_latents=torch.randn(1, 1, c + 1, h, w)))
     with pytest.raises(ConfigError, match=f"1..{frames - 1}"):
         pipe.generate(GenerationRequest(1, h, w, ctx, clean_first_latents=torch.randn(1, frames, c, h, w)))
+
+
+def test_world_model_with_the_wan22_vae_starts_from_an_image(fx, tmp_path):
+    """load_world_model pairs a 48-channel transformer with the Wan 2.2 VAE (refusing the 2.1 one), and an
+    image encoded by it, held clean as the first latent, decodes back through the streaming decoder."""
+    from inferix_core.errors import ConfigError
+    from inferix_core.models.registry import load_world_model
+    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+    from inferix_core.vae import Wan22VAE
+
+    path, info, t, _ = fx
+    fixtures = path.parent
+    vae_files = sorted(fixtures.glob("wan22_vae*.safetensors"))
+    if not vae_files:
+        pytest.skip("no Wan 2.2 VAE fixture")
+    wm = load_world_model(str(path), vae_path=str(vae_files[0]), device="cpu", dtype="fp32")
+    assert isinstance(wm.vae, Wan22VAE) and wm.spatial_compression == 16
+    for other in sorted(fixtures.glob("wan_vae_*.safetensors")):
+        with pytest.raises(ConfigError, match=rf"{info['config']['in_dim']} latent channels.*Wan 2\.2 VAE"):
+            load_world_model(str(path), vae_path=str(other), device="cpu", dtype="fp32")
+    _, _, frames, h, w = info["latent_shape"]
+    s = wm.spatial_compression
+    image = torch.rand(1, 3, 1, h * s, w * s, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    first = wm.vae.encode(image).permute(0, 2, 1, 3, 4)  # (1, 1, C, h, w) normalised
+    pipe = BlockDiffusionPipeline(
+        wm.transformer, dataclasses.replace(wm.sampling, block_frames=frames), wm.default_cache
+    )
+    req = GenerationRequest(2, h, w, t["context"].unsqueeze(0), clean_first_latents=first)
+    decoder = wm.vae.stream_decoder()
+    pixels = [decoder.decode(out.latents.permute(0, 2, 1, 3, 4)) for out in pipe.stream(req)]
+    video = torch.cat(pixels, 2)
+    assert video.shape == (1, 3, wm.vae.config.num_frames(2 * frames), h * s, w * s) and torch.isfinite(video).all()
+    torch.testing.assert_close(video[:, :, :1], wm.vae.decode(first.permute(0, 2, 1, 3, 4)), atol=1e-5, rtol=0)
