@@ -25,7 +25,7 @@ from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
 from ..models.wan.layers import to_device_async
 from ..parallel import head_shards, maybe_enable_sequence_parallel
-from ..scheduler import FlowMatchScheduler
+from ..scheduler import FlowMatchScheduler, FlowUniPCSolver
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,17 @@ class SamplingConfig:
     block_frames: int = 3  # latent frames per block
     context_noise: int = 0  # timestep of the clean context pass (no noise is added, as in the reference)
     independent_first_frame: bool = False  # a separate 1-frame first block (image-conditioned models)
+    # "renoise": x0 prediction, then re-noise to the next step (Self-Forcing lineage, one noise draw per step).
+    # "unipc": the flow UniPC multistep solver (LongLive 2.0 / Wan 2.2), deterministic after the initial noise;
+    # denoising_steps must then be its timesteps for len(steps) and shift (e.g. 4 steps, shift 5: 999,937,833,624).
+    solver: str = "renoise"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
         if not self.denoising_steps:
             raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
+        if self.solver not in ("renoise", "unipc"):
+            raise ConfigError(f"unknown solver '{self.solver}'; expected 'renoise' or 'unipc'")
         if self.block_frames < 1:
             raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
 
@@ -149,8 +155,13 @@ class BlockDiffusionPipeline:
         self.cache_config = cache_config or KVCacheConfig()
         self.cache_config.check_block(sampling.block_frames)
         self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
-        self.timesteps = self.scheduler.timesteps_for(sampling.denoising_steps, sampling.warp_denoising_steps)
-        self.sigmas = [float(s) for s in self.scheduler.sigma_at(self.timesteps)]
+        self.unipc = _unipc_solver(sampling)
+        if self.unipc is not None:
+            self.timesteps = self.unipc.timesteps.float()
+            self.sigmas = [float(s) for s in self.unipc.sigmas[:-1]]
+        else:
+            self.timesteps = self.scheduler.timesteps_for(sampling.denoising_steps, sampling.warp_denoising_steps)
+            self.sigmas = [float(s) for s in self.scheduler.sigma_at(self.timesteps)]
         self.kv_cache = None  # the last run's cache (for inspection and tests)
 
     @property
@@ -281,17 +292,27 @@ class BlockDiffusionPipeline:
         prefix, state.clean_prefix = _check_clean_prefix(state.clean_prefix, shape), None
         if prefix is not None:
             prefix = to_device_async(prefix, self.device)
+        if self.unipc is not None:
+            self.unipc.reset()
         for s, t in enumerate(self.timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
                 if prefix is not None:  # the clean frames go in at t = 0 and come out unchanged
                     x[:, : prefix.shape[1]] = prefix
                 flow = self._call(state, x, t, start, n, action, clean_frames=0 if prefix is None else prefix.shape[1])
-                x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
+                if self.unipc is not None:
+                    x, x0 = self.unipc.step(flow.float(), x)
+                else:
+                    x0 = self.scheduler.to_x0(flow.float(), x, self.sigmas[s])
                 if prefix is not None:
                     x0[:, : prefix.shape[1]] = prefix
             hooks.on_step(index, s, x0)
-            if s + 1 < len(self.sigmas):
+            if self.unipc is not None:
+                if s + 1 == len(self.sigmas):
+                    x0 = x  # the solve's final sample (σ = 0) is the block, as the reference records it
+                    if prefix is not None:
+                        x0[:, : prefix.shape[1]] = prefix
+            elif s + 1 < len(self.sigmas):
                 eps = to_device_async(state.noise.step(index, s + 1, shape), self.device)
                 x = self.scheduler.add_noise(x0, eps, self.sigmas[s + 1])
         # context pass: rewrite this block's K/V from the clean x0
@@ -340,6 +361,20 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
+
+
+def _unipc_solver(sampling: SamplingConfig) -> FlowUniPCSolver | None:
+    """The UniPC solver of a `solver="unipc"` config, its timesteps checked against `denoising_steps`."""
+    if sampling.solver != "unipc":
+        return None
+    solver = FlowUniPCSolver(len(sampling.denoising_steps), sampling.shift, sampling.num_train_timesteps)
+    expected = tuple(int(t) for t in solver.timesteps)
+    if sampling.denoising_steps != expected:
+        raise ConfigError(
+            f"with the UniPC solver, {len(expected)} steps at shift {sampling.shift} are the timesteps "
+            f"{','.join(map(str, expected))}; got {','.join(map(str, sampling.denoising_steps))}"
+        )
+    return solver
 
 
 def _check_clean_prefix(prefix: torch.Tensor | None, block_shape: tuple[int, ...]) -> torch.Tensor | None:

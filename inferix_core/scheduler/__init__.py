@@ -1,3 +1,4 @@
 from .flow_match import FlowMatchScheduler
+from .unipc import FlowUniPCSolver
 
-__all__ = ["FlowMatchScheduler"]
+__all__ = ["FlowMatchScheduler", "FlowUniPCSolver"]

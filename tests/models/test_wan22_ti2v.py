@@ -187,3 +187,34 @@ def test_world_model_with_the_wan22_vae_starts_from_an_image(fx, tmp_path):
     video = torch.cat(pixels, 2)
     assert video.shape == (1, 3, wm.vae.config.num_frames(2 * frames), h * s, w * s) and torch.isfinite(video).all()
     torch.testing.assert_close(video[:, :, :1], wm.vae.decode(first.permute(0, 2, 1, 3, 4)), atol=1e-5, rtol=0)
+
+
+def test_unipc_block_with_a_clean_first_latent_equals_the_loop_written_out(fx):
+    """solver="unipc" (LongLive 2.0): per block a fresh UniPC solve; with an image, frame 0 held clean at t = 0
+    before every call and after every step, as the authors' pipeline does for its first I2V chunk."""
+    from inferix_core.cache import KVCacheConfig
+    from inferix_core.errors import ConfigError
+    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig, SeededNoise
+    from inferix_core.scheduler import FlowUniPCSolver
+
+    _, info, t, model = fx
+    _, c, frames, h, w = info["latent_shape"]
+    steps = tuple(int(v) for v in FlowUniPCSolver(4, shift=5.0).timesteps)
+    sampling = SamplingConfig(steps, shift=5.0, block_frames=frames, solver="unipc")
+    pipe = BlockDiffusionPipeline(model, sampling, KVCacheConfig())
+    ctx = t["context"].unsqueeze(0)
+    image = torch.randn(1, 1, c, h, w, generator=torch.Generator().manual_seed(5))
+    out = pipe.generate(GenerationRequest(2, h, w, ctx, seed=3, clean_first_latents=image))
+    assert torch.equal(out[:, :1], image)
+    solver = FlowUniPCSolver(4, shift=5.0)
+    x = SeededNoise(3, total_shape=(1, 2 * frames, c, h, w)).initial(0, (1, frames, c, h, w)).clone()
+    with torch.no_grad():
+        for step_t in solver.timesteps.tolist():
+            x[:, :1] = image
+            timestep = torch.full((1, frames), float(step_t))
+            timestep[:, 0] = 0
+            x, _ = solver.step(model(x.permute(0, 2, 1, 3, 4), timestep, ctx).permute(0, 2, 1, 3, 4), x)
+            x[:, :1] = image
+    torch.testing.assert_close(out[:, :frames], x, atol=1e-5, rtol=0)
+    with pytest.raises(ConfigError, match="UniPC.*999"):
+        BlockDiffusionPipeline(model, SamplingConfig((1000, 750, 500, 250), solver="unipc"), KVCacheConfig())
