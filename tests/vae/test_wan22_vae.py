@@ -210,3 +210,14 @@ def test_released_architecture_sizes():
     assert sd["decoder.head.2.weight"].shape == (12, 256, 3, 3, 3)
     assert Wan22VAEConfig().spatial_compression == 16 and Wan22VAEConfig().latent_channels == 48
     assert sum(v.numel() for v in sd.values()) == 704_688_668  # 2.82 GB in fp32, the size of Wan2.2_VAE.pth
+
+
+@pytest.mark.cuda
+def test_cuda_bf16_fast_decode_agrees_with_fp32(fx):
+    """On the GPU in bf16 with `VAEDecodeOptions.fast()` (what the registry uses on CUDA): close to the fp32 decode."""
+    vae = WanVAE.from_file(fx.path, device="cuda", dtype=torch.bfloat16)
+    chunks = fx.info["cached_decode"]["latent_chunks"]
+    out = torch.cat(_stream(vae.stream_decoder(options=VAEDecodeOptions.fast()), fx.tensors["z"].cuda(), chunks), 2)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    out = out.float().cpu()
+    assert ((out - fx.decoded).norm() / fx.decoded.norm()).item() < 5e-2
