@@ -216,5 +216,5 @@ def test_unipc_block_with_a_clean_first_latent_equals_the_loop_written_out(fx):
             x, _ = solver.step(model(x.permute(0, 2, 1, 3, 4), timestep, ctx).permute(0, 2, 1, 3, 4), x)
             x[:, :1] = image
     torch.testing.assert_close(out[:, :frames], x, atol=1e-5, rtol=0)
-    with pytest.raises(ConfigError, match="UniPC.*999"):
+    with pytest.raises(ConfigError, match=r"UniPC.*999"):
         BlockDiffusionPipeline(model, SamplingConfig((1000, 750, 500, 250), solver="unipc"), KVCacheConfig())
