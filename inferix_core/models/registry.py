@@ -45,6 +45,14 @@ FAMILIES: dict[str, Family] = {
         SamplingConfig((1000, 750, 500, 250), warp_denoising_steps=True, shift=5.0, block_frames=3),
         KVCacheConfig(window_frames=12, sink_frames=3),
     ),
+    "longlive2": Family(
+        "longlive2",
+        "LongLive 2.0 (Wan 2.2 TI2V-5B, 704x1280: UniPC 4 steps per 8-frame block, 32-frame window with an "
+        "8-frame sink; image start by a clean first latent; shot switches not supported yet, docs/wan22.md)",
+        SamplingConfig((999, 937, 833, 624), warp_denoising_steps=False, shift=5.0, block_frames=8, solver="unipc"),
+        KVCacheConfig(window_frames=32, sink_frames=8),
+        fps=24,
+    ),
     "causvid": Family(
         "causvid",
         "CausVid (3-step DMD causal Wan; step list from the authors' DMD config, not warped)",

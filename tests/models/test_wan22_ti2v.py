@@ -218,3 +218,43 @@ def test_unipc_block_with_a_clean_first_latent_equals_the_loop_written_out(fx):
     torch.testing.assert_close(out[:, :frames], x, atol=1e-5, rtol=0)
     with pytest.raises(ConfigError, match=r"UniPC.*999"):
         BlockDiffusionPipeline(model, SamplingConfig((1000, 750, 500, 250), solver="unipc"), KVCacheConfig())
+
+
+def test_longlive2_family_is_picked_for_a_ti2v_longlive_file_and_runs_from_an_image(fx, tmp_path):
+    """A LongLive file with Wan 2.2 (48-channel) weights gets the longlive2 family (UniPC 4 steps, shift 5, 8-frame
+    blocks, window 32 / sink 8, as configs/inference.yaml); one start image becomes the clean first latent; a
+    shot switch (their scene-cut prefix) is refused rather than run as a plain prompt switch."""
+    import shutil
+
+    import numpy as np
+
+    from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX, generate_video
+    from inferix_core.errors import ConfigError
+    from inferix_core.models.registry import get_family, load_world_model
+    from inferix_core.scheduler import FlowUniPCSolver
+    from inferix_core.schedules import PromptSchedule
+
+    fam = get_family("longlive2")
+    assert fam.sampling.solver == "unipc" and fam.sampling.block_frames == 8 and fam.sampling.shift == 5.0
+    assert fam.sampling.denoising_steps == tuple(int(t) for t in FlowUniPCSolver(4, shift=5.0).timesteps)
+    assert (fam.cache.window_frames, fam.cache.sink_frames) == (32, 8)
+    path, info, t, _ = fx
+    vae_files = sorted(path.parent.glob("wan22_vae*.safetensors"))
+    if not vae_files:
+        pytest.skip("no Wan 2.2 VAE fixture")
+    named = tmp_path / "LongLive-2.0-5B_tiny.safetensors"
+    shutil.copy(path, named)
+    wm = load_world_model(str(named), vae_path=str(vae_files[0]), device="cpu", dtype="fp32")
+    assert wm.family == "longlive2"
+    frames, (h, w) = info["latent_shape"][2], info["latent_shape"][3:]
+    sampling = dataclasses.replace(wm.sampling, block_frames=frames)
+    s = wm.spatial_compression
+    image = np.random.default_rng(0).integers(0, 256, (1, h * s, w * s, 3), dtype=np.uint8)
+    ctx = t["context"].unsqueeze(0)
+    res = generate_video(wm, ctx, num_blocks=2, width=w * s, height=h * s, sampling=sampling, start_frames=image)
+    assert res.frames.shape == (wm.vae.config.num_frames(2 * frames), h * s, w * s, 3)
+    first = wm.vae.encode(torch.from_numpy(image).float().div(127.5).sub(1).permute(3, 0, 1, 2).unsqueeze(0))
+    torch.testing.assert_close(res.latents[:, :1].float(), first.permute(0, 2, 1, 3, 4), atol=1e-5, rtol=0)
+    shots = PromptSchedule([(0.0, "a fox"), (0.5, LONGLIVE2_SCENE_CUT_PREFIX + "a wolf")])
+    with pytest.raises(ConfigError, match="shot switches"):
+        generate_video(wm, shots, num_blocks=2, width=w * s, height=h * s, sampling=sampling, decode=False)
