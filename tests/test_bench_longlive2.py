@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_bench_longlive2_smoke(tmp_path):
     out = tmp_path / "ll2.json"
     cmd = [sys.executable, str(ROOT / "bench" / "bench_longlive2.py"), "--smoke", "--warmup", "0", "--repeats", "1"]
-    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # this tree
+    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["settings"]["solver"] == "unipc"
