@@ -196,7 +196,10 @@ def load_world_model(
     if not Path(path).exists():
         raise MissingFileError(f"model file '{path}' does not exist; put it in ComfyUI's models/diffusion_models")
     state, config, info = load_wan_checkpoint(path, dtype=dt, device="cpu", num_heads=num_heads)
-    fam = family or next((h for h in info.family_hints if h in FAMILIES), "self_forcing")
+    fam = family or next((h for h in info.family_hints if h in FAMILIES), None)
+    if fam is None:  # no hint in the file name: the default family of the weights' latent space
+        fam = "longlive2" if config.model_type == "ti2v" else "self_forcing"
+        log.info("%s: no family in the file name; using '%s' (pass family= to choose another)", Path(path).name, fam)
     spec = get_family(fam)
     transformer = _build_transformer(config, state, dev, dt, attention)
     if fp8:

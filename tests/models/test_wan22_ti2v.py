@@ -171,6 +171,7 @@ def test_world_model_with_the_wan22_vae_starts_from_an_image(fx, tmp_path):
         pytest.skip("no Wan 2.2 VAE fixture")
     wm = load_world_model(str(path), vae_path=str(vae_files[0]), device="cpu", dtype="fp32")
     assert isinstance(wm.vae, Wan22VAE) and wm.spatial_compression == 16
+    assert wm.family == "longlive2"  # 48-channel weights with no family in the file name
     for other in sorted(fixtures.glob("wan_vae_*.safetensors")):
         with pytest.raises(ConfigError, match=rf"{info['config']['in_dim']} latent channels.*Wan 2\.2 VAE"):
             load_world_model(str(path), vae_path=str(other), device="cpu", dtype="fp32")

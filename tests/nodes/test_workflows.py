@@ -9,7 +9,9 @@ import pytest
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 API_FILES = sorted(WORKFLOWS.glob("*_api.json"))
-USE_CASES = {"quickstart", "self_forcing_t2v", "long_video", "interactive", "low_vram", "lvbench_score"}
+USE_CASES = {
+    "quickstart", "self_forcing_t2v", "long_video", "interactive", "low_vram", "lvbench_score", "longlive2_t2v",
+}  # fmt: skip
 
 
 def graph(workflow: dict) -> dict:
