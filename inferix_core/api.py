@@ -217,6 +217,22 @@ def _actions_for_run(
     return actions_to_tensor(world_model, actions, num_initial + num_blocks * sampling.block_frames)
 
 
+# LongLive 2.0 marks the first block of a new shot by this prefix (NVlabs/LongLive utils/dataset.py); its
+# pipeline then pins that block as a shot sink and offsets RoPE, which the engine does not do yet.
+LONGLIVE2_SCENE_CUT_PREFIX = "The scene transitions. "
+
+
+def _refuse_shot_switches(world_model: WorldModel, prompt) -> None:
+    """A LongLive 2.0 shot switch would run as a plain prompt switch, which is not the authors' result: refuse it."""
+    if world_model.family != "longlive2" or not isinstance(prompt, PromptSchedule):
+        return
+    if any(str(p).startswith(LONGLIVE2_SCENE_CUT_PREFIX) for _, p in prompt.entries[1:]):
+        raise ConfigError(
+            f"LongLive 2.0 shot switches (prompts starting with '{LONGLIVE2_SCENE_CUT_PREFIX.strip()}') need pinned "
+            "shot sinks and a RoPE offset, not supported yet (docs/wan22.md); drop the prefix for a plain prompt switch"
+        )
+
+
 def generate_video(
     world_model: WorldModel,
     prompt: str | torch.Tensor | PromptSchedule = "",
@@ -252,6 +268,8 @@ def generate_video(
             actions are then an ActionSchedule of keys/mouse, per-pixel-frame rows, or a
             `controls.ControlChannel` read at each block boundary (live control)
             (`inferix_core.image_world`). Other models refuse an image.
+            For a TI2V model (Wan 2.2, 48 latent channels)
+            one image is held instead as the clean first latent of the first block (LongLive 2.0's image start).
 
     With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
     sinks; `VideoResult.profile` holds its report as a dict.
@@ -266,10 +284,19 @@ def generate_video(
         lat_h, lat_w = latent_size(world_model, width, height)
         timing = block_timing(world_model, sampling)
         switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
+        _refuse_shot_switches(world_model, prompt)
+        clean_first = None
         if start_frames is not None:
             if initial_latents is not None:
                 raise ConfigError("pass start_frames or initial_latents, not both")
-            initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
+            if world_model.config.model_type == "ti2v" and len(start_frames) == 1:
+                # Wan 2.2 TI2V / LongLive 2.0 image start: the image is the clean first latent of block 0
+                one = SamplingConfig(
+                    sampling.denoising_steps, block_frames=1, solver=sampling.solver, shift=sampling.shift
+                )
+                clean_first = encode_start_frames(world_model, start_frames, width, height, one)
+            else:
+                initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
         num_initial = 0 if initial_latents is None else initial_latents.shape[1]
         image_inputs = None
         if start_image is not None or takes_start_image(world_model):
@@ -324,6 +351,7 @@ def generate_video(
         prompt_schedule=schedule,
         initial_latents=initial_latents,
         recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
+        clean_first_latents=clean_first,
     )
     pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
     # 3. a streaming decoder that keeps its causal cache across blocks

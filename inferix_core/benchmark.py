@@ -38,13 +38,42 @@ PRESETS = {
         latent_width=104,
         sampling=dict(denoising_steps=(1000, 750, 500, 250, 0), kv_recompute_frames=3),
     ),
+    # Wan 2.2 TI2V-5B at 704x1280 (LongLive 2.0): 48 latent channels, 16x VAE → latents 44x80, 880 tokens per
+    # frame; 8-frame blocks, 4 blocks (32 latent frames, 125 pixel frames) unless told otherwise
+    "wan-5b": dict(
+        config=WanConfig("ti2v", in_dim=48, out_dim=48, dim=3072, ffn_dim=14336, num_heads=24, num_layers=30),
+        latent_height=44,
+        latent_width=80,
+        latent_frames=32,
+        block_frames=8,
+    ),
     # CPU smoke test: a few seconds on 2 cores
     "tiny": dict(
         config=WanConfig(dim=64, ffn_dim=128, freq_dim=32, text_dim=32, text_len=16, num_heads=4, num_layers=2),
         latent_height=8,
         latent_width=12,
     ),
+    # CPU smoke test of the Wan 2.2 path (48 channels, the Wan 2.2 VAE architecture at a tiny width)
+    "tiny-5b": dict(
+        config=WanConfig(
+            "ti2v",
+            in_dim=48,
+            out_dim=48,
+            dim=64,
+            ffn_dim=128,
+            freq_dim=32,
+            text_dim=32,
+            text_len=16,
+            num_heads=4,
+            num_layers=2,
+        ),
+        latent_height=4,
+        latent_width=6,
+        latent_frames=4,
+        block_frames=2,
+    ),
 }
+FULL_SIZE_PRESETS = ("wan-1.3b", "wan-14b", "14b", "wan-5b")  # the others are CPU smoke tests with tiny decoders too
 
 
 @dataclass
@@ -70,6 +99,13 @@ class BenchConfig:
     fp8_weights: bool = False  # block linears stored in e4m3, dequantized per call (models.fp8.FP8WeightLinear)
     resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
     gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
+
+    @classmethod
+    def for_preset(cls, preset: str, **overrides) -> BenchConfig:
+        """The preset's own run length and block size (e.g. wan-5b: 32 latent frames in 8-frame blocks), then overrides."""
+        p = PRESETS[preset]
+        base = {k: p[k] for k in ("latent_frames", "block_frames") if k in p}
+        return cls(preset=preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
 class _BlockTimer(PipelineHooks):
@@ -189,16 +225,25 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     num_blocks = cfg.latent_frames // cfg.block_frames
     vae = None
     if cfg.vae_decode:
-        from .vae import WanVAE, WanVAEConfig
+        from .vae import Wan22VAE, Wan22VAEConfig, WanVAE, WanVAEConfig
 
+        full = cfg.preset in FULL_SIZE_PRESETS
+        wan22 = preset["config"].in_dim == Wan22VAEConfig().z_dim  # 48 latent channels: the Wan 2.2 VAE
         with device:
             if cfg.decoder == "taehv":
                 from .vae import TAEHV, TAEHVConfig
 
-                small = TAEHVConfig(decoder_channels=(16, 16, 8, 8), encoder_channels=8)
-                vae = TAEHV(TAEHVConfig() if cfg.preset != "tiny" else small).to(dtype).eval()
+                latent = dict(latent_channels=48, patch_size=2) if wan22 else {}
+                small = TAEHVConfig(decoder_channels=(16, 16, 8, 8), encoder_channels=8, **latent)
+                vae = TAEHV(TAEHVConfig(**latent) if full else small).to(dtype).eval()
+            elif cfg.decoder == "wan" and wan22:
+                vae = Wan22VAE(Wan22VAEConfig() if full else Wan22VAEConfig(dim=2, dec_dim=4)).to(dtype).eval()
+                if cfg.vae_fast:
+                    from .vae.config import VAEDecodeOptions
+
+                    vae.decode_options = VAEDecodeOptions.fast()
             elif cfg.decoder == "wan":
-                vae = WanVAE(WanVAEConfig(dim=96 if cfg.preset != "tiny" else 4)).to(dtype).eval()
+                vae = WanVAE(WanVAEConfig(dim=96 if full else 4)).to(dtype).eval()
                 if cfg.vae_fast:
                     from .vae.config import VAEDecodeOptions
 

@@ -27,7 +27,8 @@ _CONVERTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def wan_vae_from_core(core_vae: Any, device: Any = None, dtype: Any = None) -> Any:
-    """Our streaming `WanVAE` with the weights of a core ComfyUI VAE (`vae.first_stage_model`, Wan 2.1).
+    """Our streaming `WanVAE` with the weights of a core ComfyUI VAE (`vae.first_stage_model`, Wan 2.1 or 2.2;
+    the version is read from the weights).
 
     Raises ConfigError naming what was connected when it is not a Wan 2.1 VAE. The conversion is cached
     per core VAE object; `device`/`dtype` (default: CPU, float32) only move the result.
@@ -46,7 +47,7 @@ def wan_vae_from_core(core_vae: Any, device: Any = None, dtype: Any = None) -> A
         if inner is None or not hasattr(inner, "state_dict"):
             raise ConfigError(
                 f"the connected VAE ({type(core_vae).__name__}) has no first_stage_model; connect a "
-                "core Load VAE node with a Wan 2.1 VAE (e.g. wan_2.1_vae.safetensors)"
+                "core Load VAE node with a Wan VAE (e.g. wan_2.1_vae.safetensors or wan2.2_vae.safetensors)"
             )
         state = {k: v for k, v in inner.state_dict().items() if isinstance(v, torch.Tensor)}
         try:
@@ -54,8 +55,8 @@ def wan_vae_from_core(core_vae: Any, device: Any = None, dtype: Any = None) -> A
             model = WanVAE.from_state_dict(canonical, source="core VAE")
         except InferixError as exc:
             raise ConfigError(
-                f"the connected core VAE is not a Wan 2.1 VAE Inferix can stream-decode "
-                f"(Wan 2.2 and image VAEs are not supported): {exc}"
+                f"the connected core VAE is not a Wan 2.1 / 2.2 VAE Inferix can stream-decode "
+                f"(image VAEs are not supported): {exc}"
             ) from exc
         model = model.requires_grad_(False).eval()
         log.info(

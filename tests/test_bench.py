@@ -73,3 +73,21 @@ def test_bench_14b_preset_is_wan_14b_sampled_as_krea():
     assert pipe.sampling.denoising_steps == krea.denoising_steps
     assert pipe.sampling.kv_recompute_frames == krea.kv_recompute_frames == 3
     assert context.shape == (1, 512, 4096) and pipe.model.config == cfg
+
+
+def test_bench_tiny_5b_cpu_uses_the_preset_blocks_and_the_wan22_vae(tmp_path):
+    """The Wan 2.2 path: 48-channel transformer, the preset's own run length and 2-frame blocks, Wan 2.2 VAE decode."""
+    from inferix_core.benchmark import PRESETS
+
+    out = tmp_path / "bench.json"
+    args = ["bench", "--preset", "tiny-5b", "--device", "cpu", "--dtype", "fp32", "--warmup", "0", "--repeats", "1"]
+    assert main([*args, "--vae-decode", "--json", str(out)]) == 0
+    result, preset = json.loads(out.read_text()), PRESETS["tiny-5b"]
+    assert result["config"]["block_frames"] == preset["block_frames"]
+    assert result["pixel_frames"] == 1 + 4 * (preset["latent_frames"] - 1)
+    assert len(result["median_block_s"]) == preset["latent_frames"] // preset["block_frames"]
+
+
+def test_bench_unknown_preset_is_one_line(capsys):
+    assert main(["bench", "--preset", "wan-9b", "--device", "cpu"]) == 2
+    assert "unknown preset 'wan-9b'" in capsys.readouterr().err

@@ -28,6 +28,18 @@ WAN_VAE = {
     "directory": "vae",
     "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/vae/wan_2.1_vae.safetensors",
 }
+# LongLive 2.0-5B ships one merged bf16 generator (base + LoRA); Wan 2.2 (48-channel) weights without a family
+# in their file name load as longlive2
+LONGLIVE2 = {
+    "name": "model_bf16.pt",
+    "directory": "diffusion_models",
+    "url": f"{HF}/Efficient-Large-Model/LongLive-2.0-5B/resolve/main/model_bf16.pt",
+}
+WAN22_VAE = {
+    "name": "wan2.2_vae.safetensors",
+    "directory": "vae",
+    "url": f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/vae/wan2.2_vae.safetensors",
+}
 UMT5 = {
     "name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors",
     "directory": "text_encoders",
@@ -86,6 +98,7 @@ BUNDLED_LOADER = {
     "weights": "auto",  # training checkpoints: what the family's authors load (generator_ema or generator)
 }
 SF_LOADER = {**BUNDLED_LOADER, "model": SELF_FORCING["name"], "vae": WAN_VAE["name"], "text_encoder": UMT5["name"]}
+LL2_LOADER = {**BUNDLED_LOADER, "model": LONGLIVE2["name"], "vae": WAN22_VAE["name"], "text_encoder": UMT5["name"]}
 DENOISE = {
     "prompt": "a car drives along a winding coastal road at sunset",
     "num_blocks": 7,
@@ -182,6 +195,35 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
             (4, "InferixProfileReport", {}, {"video": (2, 2)}),
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
+    ),
+    "longlive2_t2v": (
+        "LongLive 2.0 text-to-video (Wan 2.2 TI2V-5B, 704x1280, UniPC 4 steps per 8-frame block, 24 fps). "
+        "Image start: connect an image (core Load Image) to Block Denoise's start_frames",
+        [
+            (1, "InferixLoadWorldModel", LL2_LOADER, {}),
+            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/longlive2"}, {}),
+            (
+                2,
+                "InferixBlockDenoise",
+                {
+                    **DENOISE,
+                    "prompt": "a red fox runs through fresh snow in a pine forest, cinematic",
+                    "num_blocks": 6,
+                    "width": 1280,
+                    "height": 704,
+                    "denoising_steps": "",  # the family's UniPC timesteps
+                },
+                {"world_model": (1, 0), "stream": (5, 0)},
+            ),
+            (
+                3,
+                "InferixStreamOut",
+                {**STREAM_OUT, "fps": 24.0, "filename_prefix": "inferix/longlive2"},
+                {"video": (2, 2)},
+            ),
+            (4, "InferixProfileReport", {}, {"video": (2, 2)}),
+        ],
+        [LONGLIVE2, WAN22_VAE, UMT5],
     ),
     "long_video": (
         "Long video: rolling window with attention sink and a prompt schedule",

@@ -269,10 +269,12 @@ def plan_memory(
 
     Args:
         model_config: WanConfig (num_layers, num_heads, head_dim, dim, ffn_dim, patch_size, parameters).
-        latent_h, latent_w: latent size (pixels / 8); 60 × 104 for 480 × 832.
+        latent_h, latent_w: latent size (pixels / 8 for Wan 2.1, / 16 for Wan 2.2); 60 × 104 for 480 × 832,
+            44 × 80 for 704 × 1280 (TI2V-5B).
         cache_config: the requested cache settings.
         budget_bytes: GPU bytes the run may use; None = unlimited (the plan only reports).
-        vae_dim: base channel count of the VAE decoder (96 for Wan 2.1), for the Wan VAE estimate.
+        vae_dim: base channel count of the Wan 2.1 VAE decoder (96), for its estimate (48-channel models get
+            the Wan 2.2 VAE's, see `estimated_vae_bytes`).
         max_frames: run length in latent frames, needed for global attention (window_frames=-1).
         vae_bytes: the decoder's weights + streaming working set when the caller knows its VAE (see
             `decode_working_set_bytes` of the VAE classes); None = the Wan VAE estimate from `vae_dim`.
@@ -293,11 +295,10 @@ def plan_memory(
     acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 8 * 2 * n * cfg.dim  # + RoPE f32
     if cache_config.quantization != "none":
         acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
-    if vae_bytes is None:  # no decoder at hand: the Wan VAE's, with weights scaling as dim² (127M params at 96)
-        from ..vae.config import wan_decode_working_set_bytes
+    if vae_bytes is None:  # no decoder at hand: the Wan 2.1 or 2.2 VAE's, by the model's latent channels
+        from ..vae.config import estimated_vae_bytes
 
-        working = wan_decode_working_set_bytes(vae_dim, latent_h, latent_w, block_frames, batch, elem)
-        vae_bytes = int(127e6 * (vae_dim / 96) ** 2) * elem + working
+        vae_bytes = estimated_vae_bytes(cfg.in_dim, latent_h, latent_w, block_frames, batch, elem, vae_dim)
     vae = vae_bytes
     fixed = weights + acts + vae
     requested_cost = cache_cost(cache_config, spec)

@@ -12,12 +12,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--preset",
         default="wan-1.3b",
-        choices=["wan-1.3b", "wan-14b", "14b", "tiny"],
-        help="model size and resolution (480x832); wan-14b = the Wan 2.1 14B shape with this protocol's sampling; "
-        "14b = the same shape sampled as Krea Realtime 14B (5 steps, KV recompute of 3 frames); both need an "
-        "80+ GiB GPU unless --gpu-memory plans block swap",
+        help="model size and resolution: wan-1.3b (480x832), wan-14b (the Wan 2.1 14B shape with this protocol's "
+        "sampling), 14b (the same shape sampled as Krea Realtime 14B: 5 steps, KV recompute of 3 frames; 14B needs an "
+        "80+ GiB GPU unless --gpu-memory plans block swap), wan-5b (Wan 2.2 TI2V-5B, 704x1280), tiny, tiny-5b (CPU)",
     )
-    p.add_argument("--latent-frames", type=int, default=21, help="latent frames (21 -> 81 pixel frames)")
+    p.add_argument(
+        "--latent-frames", type=int, default=None, help="latent frames (default: the preset's; 21 -> 81 pixel frames)"
+    )
+    p.add_argument("--block-frames", type=int, default=None, help="latent frames per block (default: the preset's)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default="cuda", help="cuda or cpu")
     p.add_argument("--warmup", type=int, default=1)
@@ -54,10 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..benchmark import BenchConfig, format_table, run_engine_benchmark
+    from ..benchmark import PRESETS, BenchConfig, format_table, run_engine_benchmark
+    from ..errors import ConfigError
 
-    cfg = BenchConfig(
-        preset=args.preset, latent_frames=args.latent_frames, dtype=args.dtype, device=args.device,
+    if args.preset not in PRESETS:
+        raise ConfigError(f"unknown preset '{args.preset}'; expected one of {', '.join(PRESETS)}")
+
+    cfg = BenchConfig.for_preset(
+        args.preset, latent_frames=args.latent_frames, block_frames=args.block_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,

@@ -103,6 +103,13 @@ def _matrix_game2(f: FileFacts):
     return None
 
 
+@register_rule("weights")
+def _wan22_ti2v(f: FileFacts):
+    if f.config.model_type == "ti2v" or (f.config.in_dim == 48 and f.config.out_dim == 48):
+        return "longlive2", "Wan 2.2 TI2V-5B weights (48 latent channels): LongLive 2.0 is the causal release on it"
+    return None
+
+
 # --- 2. metadata -----------------------------------------------------------------------------------
 
 _REPO_FAMILY = {

@@ -64,6 +64,14 @@ FAMILIES: dict[str, Family] = {
         weights="generator",
         reference="NVlabs/LongLive@e52d9ef (v1.0) configs/longlive_inference.yaml (use_ema: false)",
     ),
+    "longlive2": Family(
+        "longlive2",
+        "LongLive 2.0 (Wan 2.2 TI2V-5B, 704x1280: UniPC 4 steps per 8-frame block, 32-frame window with an "
+        "8-frame sink; image start by a clean first latent; shot switches not supported yet, docs/wan22.md)",
+        SamplingConfig((999, 937, 833, 624), warp_denoising_steps=False, shift=5.0, block_frames=8, solver="unipc"),
+        KVCacheConfig(window_frames=32, sink_frames=8),
+        fps=24,
+    ),
     "causvid": Family(
         "causvid",
         "CausVid (3-step DMD causal Wan, shift 8; step list from the authors' DMD config, not warped)",
@@ -364,6 +372,7 @@ def load_world_model(
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
+    _check_latent_channels(config, vae, vae_path)
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     if text_encoder_placement not in ("device", "cpu", "offload"):
         raise ConfigError(f"text_encoder_placement must be device, cpu or offload, not '{text_encoder_placement}'")
@@ -526,6 +535,21 @@ def _load_vae(path: str, device, dtype):
     if device.type == "cuda":
         vae.decode_options = VAEDecodeOptions.fast()
     return vae
+
+
+def _check_latent_channels(config: WanConfig, vae, vae_path: str | None) -> None:
+    """The transformer and the VAE must share a latent space: 16 channels (Wan 2.1) or 48 (Wan 2.2 TI2V-5B)."""
+    z = getattr(getattr(vae, "config", None), "z_dim", None)
+    if z is not None and z != config.out_dim:  # out_dim: image-started models take more input channels (I2V: 36)
+        want = (
+            "a Wan 2.2 VAE (wan2.2_vae.safetensors)"
+            if config.out_dim == 48
+            else "a Wan 2.1 VAE (wan_2.1_vae.safetensors)"
+        )
+        raise ConfigError(
+            f"the transformer makes {config.out_dim} latent channels but the VAE '{Path(vae_path).name}' has {z}; "
+            f"use {want}"
+        )
 
 
 def _load_preview(path: str, full_vae, device, dtype):

@@ -25,7 +25,7 @@ import torch
 from ..cache import KVCache, KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
-from ..scheduler import FlowMatchScheduler, SamplingConfig
+from ..scheduler import FlowMatchScheduler, FlowUniPCSolver, SamplingConfig
 from ..tensors import to_device_async
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,9 @@ class GenerationRequest:
     # at a prompt_schedule switch: False = hard switch (cached K/V kept), True = LongLive's KV re-cache
     # (`BlockDiffusionPipeline.recache_window`) under the new prompt first
     recache_on_switch: bool = False
+    # Wan 2.2 TI2V / LongLive 2.0 image start: clean latents (B, k, C, H, W) held as the first k frames of the
+    # first generated block, at timestep 0 in every call of that block (the other frames denoise as usual)
+    clean_first_latents: torch.Tensor | None = None
 
 
 @dataclass
@@ -103,6 +106,7 @@ class StreamState:
     # kv_recompute_frames > 0 only: the first clean latent frame and the newest ones after it (B, n, C, H, W)
     first_latent: Any = None
     recent_latents: Any = None
+    clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
 
 
 class PipelineHooks:
@@ -134,15 +138,21 @@ class BlockDiffusionPipeline:
         self.cache_config = cache_config or KVCacheConfig()
         self.cache_config.check_block(sampling.block_frames)
         self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
-        self.timesteps = self.scheduler.set_timesteps(sampling.denoising_steps, sampling.warp_denoising_steps)
-        self.sigmas = list(self.scheduler.step_sigmas)
-        first = sampling.first_block_denoising_steps
+        self.unipc = _unipc_solver(sampling)
         self.first_scheduler = self.scheduler
-        if first is not None:  # block 0 walks its own list (Causal-Forcing++): a second scheduler holds it
-            self.first_scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
-            self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
-        self.first_timesteps = self.first_scheduler.step_timesteps
-        self.first_sigmas = list(self.first_scheduler.step_sigmas)
+        if self.unipc is not None:
+            if sampling.first_block_denoising_steps is not None:
+                raise ConfigError("first_block_denoising_steps is not supported with the UniPC solver")
+            self.timesteps = self.unipc.timesteps.float()
+            self.sigmas = [float(s) for s in self.unipc.sigmas[:-1]]
+        else:
+            self.timesteps = self.scheduler.set_timesteps(sampling.denoising_steps, sampling.warp_denoising_steps)
+            self.sigmas = list(self.scheduler.step_sigmas)
+            first = sampling.first_block_denoising_steps
+            if first is not None:  # block 0 walks its own list (Causal-Forcing++): a second scheduler holds it
+                self.first_scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
+                self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
+        self.first_timesteps = self.first_scheduler.step_timesteps if self.unipc is None else self.timesteps
         if sampling.kv_recompute_frames:
             _note_kv_recompute_first_frame()
         self.kv_cache = None  # the last run's cache (for inspection and tests)
@@ -187,6 +197,7 @@ class BlockDiffusionPipeline:
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
         state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
         schedule = dict(request.prompt_schedule)
+        state.clean_prefix = request.clean_first_latents
 
         recache = request.recache_on_switch and bool(schedule)
         history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # clean blocks still in the cache
@@ -326,18 +337,36 @@ class BlockDiffusionPipeline:
         def renoise(step: int) -> torch.Tensor:
             return to_device_async(state.noise.step(index, step, shape), self.device)
 
+        prefix, state.clean_prefix = _check_clean_prefix(state.clean_prefix, shape), None
+        if prefix is not None:
+            prefix = to_device_async(prefix, self.device)
+        clean = 0 if prefix is None else prefix.shape[1]
         position = start  # where the block sits for RoPE and the cache
         if self.sampling.kv_recompute_frames:
             with hooks.stage("kv_recompute"):
                 position = self.recompute_cache(state)
         scheduler = self.first_scheduler if index == 0 else self.scheduler
-        for s, t in enumerate(scheduler.step_timesteps.tolist()):
+        timesteps = self.timesteps if self.unipc is not None else scheduler.step_timesteps
+        if self.unipc is not None:
+            self.unipc.reset()
+        for s, t in enumerate(timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
-                flow = self._call(state, x, t, position, n, action)
-                out = scheduler.step(flow.float(), s, x, renoise)
-            x0, x = out.x0, out.prev_sample
+                if prefix is not None:  # the clean frames go in at t = 0 and come out unchanged
+                    x[:, :clean] = prefix
+                flow = self._call(state, x, t, position, n, action, clean_frames=clean)
+                if self.unipc is not None:
+                    x, x0 = self.unipc.step(flow.float(), x)
+                else:
+                    out = scheduler.step(flow.float(), s, x, renoise)
+                    x0, x = out.x0, out.prev_sample
+                if prefix is not None:
+                    x0[:, :clean] = prefix
             hooks.on_step(index, s, x0)
+            if self.unipc is not None and s + 1 == len(self.sigmas):
+                x0 = x  # the solve's final sample (σ = 0) is the block, as the reference records it
+                if prefix is not None:
+                    x0[:, :clean] = prefix
         if self.sampling.kv_recompute_frames:
             self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
         else:
@@ -386,11 +415,22 @@ class BlockDiffusionPipeline:
             state.recent_latents = recent[:, -(k - 1) :]
 
     def _call(
-        self, state: StreamState, x: torch.Tensor, t: float, start: int, num_frames: int, action: torch.Tensor | None
+        self,
+        state: StreamState,
+        x: torch.Tensor,
+        t: float,
+        start: int,
+        num_frames: int,
+        action: torch.Tensor | None,
+        clean_frames: int = 0,
     ) -> torch.Tensor:
-        """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout."""
+        """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout.
+
+        Timesteps are per frame: the first `clean_frames` frames get t = 0 (Wan 2.2 TI2V's per-token mask).
+        """
         state.cache.begin(start, num_frames)
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
+        timestep[:, :clean_frames] = 0.0
         if isinstance(action, torch.Tensor):
             action = to_device_async(action, self.device)
         elif action is not None:  # per-block inputs of image-started models (MatrixGameBlockInput, from image_world)
@@ -431,6 +471,35 @@ def _note_kv_recompute_first_frame() -> None:
             "Krea's server default instead re-encodes it from decoded pixels once the window rolls, which needs "
             "the VAE in the loop and is not implemented"
         )
+
+
+def _unipc_solver(sampling: SamplingConfig) -> FlowUniPCSolver | None:
+    """The UniPC solver of a `solver="unipc"` config, its timesteps checked against `denoising_steps`."""
+    if sampling.solver != "unipc":
+        return None
+    solver = FlowUniPCSolver(len(sampling.denoising_steps), sampling.shift, sampling.num_train_timesteps)
+    expected = tuple(int(t) for t in solver.timesteps)
+    if sampling.denoising_steps != expected:
+        raise ConfigError(
+            f"with the UniPC solver, {len(expected)} steps at shift {sampling.shift} are the timesteps "
+            f"{','.join(map(str, expected))}; got {','.join(map(str, sampling.denoising_steps))}"
+        )
+    return solver
+
+
+def _check_clean_prefix(prefix: torch.Tensor | None, block_shape: tuple[int, ...]) -> torch.Tensor | None:
+    """The clean first latents as float32 on the block's device, checked against the block (B, n, C, H, W)."""
+    if prefix is None:
+        return None
+    b, n, c, h, w = block_shape
+    if prefix.ndim != 5 or (prefix.shape[0], prefix.shape[2], *prefix.shape[3:]) != (b, c, h, w):
+        raise ShapeMismatchError(
+            f"clean_first_latents has shape {list(prefix.shape)}; expected [{b}, k, {c}, {h}, {w}] (normalised "
+            "latents of the start image, e.g. 1 frame encoded by the model's VAE)"
+        )
+    if not 0 < prefix.shape[1] < n:
+        raise ConfigError(f"clean_first_latents has {prefix.shape[1]} frames; a {n}-frame block holds 1..{n - 1}")
+    return prefix.float()
 
 
 def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:

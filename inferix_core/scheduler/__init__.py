@@ -1,4 +1,5 @@
 from .flow_match import FlowMatchScheduler, FlowMatchStepOutput
 from .sampling import SamplingConfig
+from .unipc import FlowUniPCSolver
 
-__all__ = ["FlowMatchScheduler", "FlowMatchStepOutput", "SamplingConfig"]
+__all__ = ["FlowMatchScheduler", "FlowMatchStepOutput", "FlowUniPCSolver", "SamplingConfig"]

@@ -31,6 +31,10 @@ class SamplingConfig:
     # the first latent frame followed by the newest K − 1, at positions 0..L−1 (L = min(frames so far, K)),
     # in block-causal chunks at t = 0; the block is then denoised at position L and gets no context pass.
     kv_recompute_frames: int = 0
+    # "renoise": x0 prediction, then re-noise to the next step (Self-Forcing lineage, one noise draw per step).
+    # "unipc": the flow UniPC multistep solver (LongLive 2.0 / Wan 2.2), deterministic after the initial noise;
+    # denoising_steps must then be its timesteps for len(steps) and shift (e.g. 4 steps, shift 5: 999,937,833,624).
+    solver: str = "renoise"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
@@ -40,6 +44,8 @@ class SamplingConfig:
             )
         if not self.denoising_steps or self.first_block_denoising_steps == ():
             raise ConfigError("denoising_steps is empty; give at least one timestep such as (1000, 750, 500, 250)")
+        if self.solver not in ("renoise", "unipc"):
+            raise ConfigError(f"unknown solver '{self.solver}'; expected 'renoise' or 'unipc'")
         if self.block_frames < 1:
             raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
         if self.kv_recompute_frames < 0:

@@ -1,9 +1,10 @@
-"""TAEHV / TAEW2.1: a tiny video autoencoder for fast previews of Wan latents, with a streaming decoder.
+"""TAEHV / TAEW2.1 / TAEW2.2: a tiny video autoencoder for fast previews of Wan latents, with a streaming decoder.
 
 Our own implementation of the published TAEHV structure (github.com/madebyollin/taehv): 2D convs per
 frame, "memory blocks" that also see the previous frame's input, and 1x1 temporal grow/pool layers.
 Module indices follow the published checkpoints (`decoder.3.conv.0.weight`, ...), so `taew2_1`
-(.safetensors or .pth) loads unchanged. It decodes the same normalised latents the diffusion model
+and `taew2_2` (48 latent channels, 2x2 pixel shuffle; both read from the weights; .safetensors or .pth)
+load unchanged. It decodes the same normalised latents the diffusion model
 uses (no mean/std), and we return pixels in [-1, 1], [B, 3, T, H, W], like the Wan VAE. Quality is
 lower than the full VAE: use it for previews or when speed matters more than fidelity.
 """
@@ -301,12 +302,22 @@ def load_preview_decoder(
     Both returned kinds offer `decode(latents)` and `stream_decoder().decode(block)` with the same
     tensor conventions, so callers do not branch on which one they got.
     """
+    wanted = getattr(getattr(full_vae, "config", None), "z_dim", None)
+    tae_name = "taew2_2" if wanted == 48 else "taew2_1"
     if path is not None and Path(path).is_file():
-        return TAEHV.from_file(path, device=device, dtype=dtype)
+        tae = TAEHV.from_file(path, device=device, dtype=dtype)
+        if wanted is None or tae.config.latent_channels == wanted:
+            return tae
+        reason = (
+            f"preview decoder '{Path(path).name}' takes {tae.config.latent_channels} latent channels but the VAE "
+            f"has {wanted} (use {tae_name} with this VAE)"
+        )
+        logger.warning("%s; previews use the full VAE", reason)
+        return full_vae
     reason = "no preview decoder file given" if path is None else f"preview decoder file '{path}' not found"
     if full_vae is None:
         raise MissingFileError(
-            f"{reason}, and no full VAE to fall back to. Put taew2_1.safetensors in models/vae_approx "
+            f"{reason}, and no full VAE to fall back to. Put {tae_name}.safetensors in models/vae_approx "
             f"or pass the Wan VAE."
         )
     logger.info("%s; previews use the full Wan VAE (slower, exact)", reason)

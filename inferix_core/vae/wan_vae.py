@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointLayoutError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
-from .config import VAEDecodeOptions, WanVAEConfig, wan_decode_working_set_bytes
+from .config import VAEDecodeOptions, WanVAEConfig, is_wan22_state_dict, wan_decode_working_set_bytes
 from .layers import (
     AttentionBlock,
     CausalConv3d,
@@ -171,9 +171,20 @@ class WanVAE(nn.Module):
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
+    def config_from_state_dict(cls, sd: Mapping[str, Tensor], **overrides) -> WanVAEConfig:
+        return WanVAEConfig.from_state_dict(sd, **overrides)
+
+    @classmethod
     def from_state_dict(cls, sd: Mapping[str, Tensor], source: str = "state dict", **config_overrides) -> WanVAE:
-        """Build from canonical (original Wan) keys; config inferred from names and shapes."""
-        model = cls(WanVAEConfig.from_state_dict(sd, **config_overrides))
+        """Build from canonical (original Wan) keys; config inferred from names and shapes.
+
+        Called on `WanVAE`, Wan 2.2 weights (told apart by their key layout) build a `Wan22VAE`.
+        """
+        if cls is WanVAE and is_wan22_state_dict(sd):
+            from .wan22_vae import Wan22VAE
+
+            return Wan22VAE.from_state_dict(sd, source, **config_overrides)
+        model = cls(cls.config_from_state_dict(sd, **config_overrides))
         expected = model.state_dict()
         missing = sorted(set(expected) - set(sd))
         unexpected = sorted(set(sd) - set(expected))
@@ -184,7 +195,7 @@ class WanVAE(nn.Module):
         ]
         if missing or unexpected or wrong:
             raise CheckpointLayoutError(
-                f"{source}: Wan VAE weights do not match the architecture inferred from them "
+                f"{source}: {cls.__name__} weights do not match the architecture inferred from them "
                 f"({model.config}). Missing {missing[:5]} ({len(missing)}), unexpected {unexpected[:5]} "
                 f"({len(unexpected)}), wrong shapes {wrong[:5]}."
             )
@@ -195,11 +206,17 @@ class WanVAE(nn.Module):
     def from_file(
         cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
     ) -> WanVAE:
-        """Load ComfyUI `models/vae/wan_2.1_vae.safetensors`, `Wan2.1_VAE.pth`, diffusers or fixture weights."""
+        """Load ComfyUI `models/vae/wan_2.1_vae.safetensors` / `wan2.2_vae.safetensors`, `Wan2.1_VAE.pth` /
+        `Wan2.2_VAE.pth`, diffusers (2.1) or fixture weights; the Wan version is read from the weights."""
         sd, layout = load_vae_state_dict(path)
         model = cls.from_state_dict(sd, source=str(path))
         logger.info(
-            "loaded Wan VAE from %s (%s layout, dim %d, z_dim %d)", path, layout, model.config.dim, model.config.z_dim
+            "loaded %s from %s (%s layout, dim %d, z_dim %d)",
+            type(model).__name__,
+            path,
+            layout,
+            model.config.dim,
+            model.config.z_dim,
         )
         return model.to(device=device, dtype=dtype).eval()
 

@@ -3,7 +3,9 @@
 No ComfyUI import: a core `comfy.sd.VAE` is simulated by a small object with `first_stage_model`, whose
 state dict has ComfyUI's key names. `comfy_wan21_vae_keys.json` lists the keys and shapes of
 `comfy.ldm.wan.vae.WanVAE(dim=4, z_dim=16, temperal_downsample=[False, True, True])` from ComfyUI a125cd8
-(the Wan 2.1 branch of `comfy.sd.VAE`, at a tiny width).
+(the Wan 2.1 branch of `comfy.sd.VAE`, at a tiny width); `comfy_wan22_vae_keys.json` those of
+`comfy.ldm.wan.vae2_2.WanVAE(dim=2, dec_dim=4, z_dim=48, temperal_downsample=[False, True, True])` from the
+same commit (the Wan 2.2 branch, built with stubs for `comfy.ops` = torch.nn), identical to Wan2.2's keys.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from inferix_core.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COMFY_KEYS = Path(__file__).with_name("comfy_wan21_vae_keys.json")
+COMFY_WAN22_KEYS = Path(__file__).with_name("comfy_wan22_vae_keys.json")
 LOADER = dict(
     model="causal_wan_tiny.safetensors",
     vae="wan_vae_tiny.safetensors",
@@ -80,6 +83,35 @@ def test_comfyui_wan21_vae_keys_build_our_vae():
     assert set(vae.state_dict()) == set(shapes)  # every ComfyUI key used, none missing
 
 
+def test_comfyui_wan22_vae_keys_build_our_wan22_vae():
+    from inferix_nodes.core_interop import wan_vae_from_core
+
+    from inferix_core.vae import Wan22VAE
+
+    shapes = json.loads(COMFY_WAN22_KEYS.read_text())
+    state = {k: torch.randn(shape) * 0.02 for k, shape in shapes.items()}
+    vae = wan_vae_from_core(CoreVAE(state))
+    assert isinstance(vae, Wan22VAE)
+    assert (vae.config.dim, vae.config.dec_dim, vae.config.z_dim) == (2, 4, 48)
+    assert vae.config.spatial_compression == 16
+    assert set(vae.state_dict()) == set(shapes)
+
+
+def test_core_wan22_latent_decodes_with_a_core_vae_alone(node_classes):
+    """A core Wan 2.2 VAE at the VAE socket: its latents decode as Wan2.2's reference decode."""
+    fixture = FIXTURES / "wan22_vae_tiny.safetensors"
+    ref = load_file(str(fixture))
+    shape = (1, -1, 1, 1, 1)
+    core_latent = ref["z"] / (1.0 / ref["latent_std"]).view(shape) + ref["latent_mean"].view(shape)
+    core = CoreVAE({k.removeprefix("weights."): v for k, v in ref.items() if k.startswith("weights.")})
+    (frames,) = node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(
+        latent={"samples": core_latent}, block_frames=2, use_preview_decoder=False, vae=core
+    )
+    expected = to_uint8(ref["decode_output"])
+    assert frames.shape == expected.shape
+    assert (frames - expected).abs().max() <= 1 / 255 + 1e-6
+
+
 def test_core_latent_decodes_with_a_core_vae_alone(node_classes):
     """A core LATENT is VAE space (a sampler's process_latent_out: x·std + mean for Wan 2.1): decoded right,
     with no world model. The fixture's `decode_output` is the reference decode of the normalised `z`."""
@@ -129,7 +161,7 @@ def test_block_denoise_latent_is_vae_space(node_classes, world_model, output_dir
     "core_vae, match",
     [
         (object(), "no first_stage_model"),
-        (CoreVAE({"decoder.conv_in.weight": torch.zeros(1)}), "not a Wan 2.1 VAE"),
+        (CoreVAE({"decoder.conv_in.weight": torch.zeros(1)}), "not a Wan 2.1 / 2.2 VAE"),
     ],
 )
 def test_wrong_core_vae_is_refused_with_a_message(node_classes, core_vae, match):

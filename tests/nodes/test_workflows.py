@@ -20,6 +20,7 @@ USE_CASES = {
     "causal_forcing_t2v",
     "matrix_game2_universal",
     "matrix_game2_gta_drive",
+    "longlive2_t2v",
 }
 
 

@@ -63,10 +63,10 @@ def test_kv_recompute_rebuilds_the_cache_from_first_and_newest_frames():
 
     inputs = []
 
-    def spy(state, x, t, start, frames, action):
+    def spy(state, x, t, start, frames, action, **kwargs):
         calls.append((start, frames, float(t), state.cache.end_frame))
         inputs.append(x.clone())
-        return real(state, x, t, start, frames, action)
+        return real(state, x, t, start, frames, action, **kwargs)
 
     pipe._call = spy
     blocks = list(pipe.stream(_request(4)))

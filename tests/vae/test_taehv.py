@@ -138,3 +138,51 @@ def test_load_preview_decoder_falls_back(tiny, tmp_path, caplog):
     path = tmp_path / "present.safetensors"
     save_file(tiny.state_dict(), str(path))
     assert isinstance(load_preview_decoder(path, full_vae), TAEHV)
+
+
+TINY_W22 = TAEHVConfig(latent_channels=48, patch_size=2, decoder_channels=(8, 8, 4, 4), encoder_channels=4)
+
+
+def test_taew2_2_layout_is_read_from_weights_and_matches_wan22_sizes(tmp_path):
+    """taew2_2 (madebyollin/taehv): the TAEHV layout with 48 latent channels and a 2x2 pixel shuffle."""
+    from einops import rearrange
+
+    from inferix_core.vae import Wan22VAEConfig
+
+    torch.manual_seed(0)
+    model = TAEHV(TINY_W22).eval()
+    path = tmp_path / "taew2_2.safetensors"
+    save_file(model.state_dict(), str(path))
+    loaded = TAEHV.from_file(path)
+    assert loaded.config == TINY_W22
+    assert (
+        loaded.state_dict()["decoder.22.weight"].shape[0] == 12
+        and loaded.state_dict()["encoder.0.weight"].shape[1] == 12
+    )
+    z = torch.randn(1, 48, 3, 2, 3)
+    out = loaded.decode(z)
+    w22 = Wan22VAEConfig()
+    assert out.shape == (1, 3, w22.num_frames(3), 2 * w22.spatial_compression, 3 * w22.spatial_compression)
+    # The unshuffle is torch's pixel_shuffle (channel c·4 + 2i + j → pixel (2h + i, 2w + j)), as upstream.
+    x = torch.randn(2, 12, 3, 5)
+    assert torch.equal(
+        torch.nn.functional.pixel_shuffle(x, 2), rearrange(x, "n (c i j) h w -> n c (h i) (w j)", i=2, j=2)
+    )
+
+
+def test_preview_decoder_for_the_wrong_vae_falls_back_with_a_warning(tiny, tmp_path, caplog):
+    """A taew2_1 file next to the Wan 2.2 VAE (48 channels) cannot decode its latents: the full VAE is used, logged."""
+
+    class _VAE(torch.nn.Module):
+        class config:  # noqa: N801 - stands in for a Wan22VAEConfig
+            z_dim = 48
+
+    full = _VAE()
+    path = tmp_path / "taew2_1.safetensors"
+    save_file(tiny.state_dict(), str(path))
+    with caplog.at_level(logging.WARNING, logger="inferix_core.vae.taehv"):
+        assert load_preview_decoder(path, full) is full
+    assert "16 latent channels" in caplog.text and "taew2_2" in caplog.text
+    w22 = tmp_path / "taew2_2.safetensors"
+    save_file(TAEHV(TINY_W22).state_dict(), str(w22))
+    assert isinstance(load_preview_decoder(w22, full), TAEHV)

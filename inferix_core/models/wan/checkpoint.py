@@ -41,7 +41,7 @@ FP8_E4M3_MAX = 448.0
 # (+ `comfy_quant` JSON marker); input scales only matter to fp8 activations, which we don't use.
 _WEIGHT_SCALE = re.compile(r"^(.*)\.(scale_weight|weight_scale)$")
 _DROPPED_SIDE = re.compile(r"(^|\.)(scaled_fp8|comfy_quant|scale_input|input_scale)$")
-_SIZE_HINTS = {(1536, 30): "wan2.1-1.3B", (5120, 40): "wan2.1-14B"}
+_SIZE_HINTS = {(1536, 30): "wan2.1-1.3B", (5120, 40): "wan2.1-14B", (3072, 30): "wan2.2-5B"}
 _NAME_HINTS = {"self_forcing": ("self_forcing", "self-forcing", "selfforcing"), "causvid": ("causvid",),
                "longlive": ("longlive",)}  # fmt: skip
 
@@ -146,7 +146,10 @@ def _family_hints(config: WanConfig, path: Path, container: str | None) -> tuple
     if (size := _SIZE_HINTS.get((config.dim, config.num_layers))) is not None:
         hints.append(size)
     name = path.name.lower()
-    hints += [family for family, words in _NAME_HINTS.items() if any(w in name for w in words)]
+    names = [family for family, words in _NAME_HINTS.items() if any(w in name for w in words)]
+    if "longlive" in names and config.model_type == "ti2v":  # LongLive on Wan 2.2 latents is LongLive 2.0
+        names.insert(names.index("longlive"), "longlive2")
+    hints += names
     if container is not None:
         hints.append("training_checkpoint")
     if config.action_dim:

@@ -15,7 +15,8 @@ from .action_module import ActionConfig
 
 @dataclass(frozen=True)
 class WanConfig:
-    model_type: str = "t2v"  # "t2v"; "i2v"/"flf2v" variants carry image-conditioning weights
+    model_type: str = "t2v"  # "t2v"; "ti2v" (Wan 2.2 TI2V-5B: 48 latent channels, no extra weights);
+    # "i2v"/"flf2v" variants carry image-conditioning weights
     patch_size: tuple[int, int, int] = (1, 2, 2)  # (t, h, w) patch of the Conv3d embedding
     text_len: int = 512  # text context rows (umT5 pads to 512)
     in_dim: int = 16  # latent channels in

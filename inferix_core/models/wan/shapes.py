@@ -48,7 +48,7 @@ def infer_wan_config(
     game = infer_action_config(shapes, dim)  # Matrix-Game 2.0: image-only context + action modules
     try:
         return WanConfig(
-            model_type=("flf2v" if "img_emb.emb_pos" in shapes else "i2v") if has_image else "t2v",
+            model_type=("flf2v" if "img_emb.emb_pos" in shapes else "i2v") if has_image else _t2v_kind(in_dim),
             patch_size=tuple(patch),
             text_len=text_len,
             in_dim=in_dim,
@@ -69,6 +69,14 @@ def infer_wan_config(
         )
     except KeyError as e:
         raise CheckpointLayoutError(f"cannot read the config: tensor {e} is missing") from None
+
+
+WAN22_LATENT_CHANNELS = 48  # the Wan 2.2 VAE's latent space (TI2V-5B); Wan 2.1 models take 16
+
+
+def _t2v_kind(in_dim: int) -> str:
+    """'ti2v' for a text model on Wan 2.2 latents (TI2V-5B: image start by a clean first latent), else 't2v'."""
+    return "ti2v" if in_dim == WAN22_LATENT_CHANNELS else "t2v"
 
 
 def expected_wan_shapes(config: WanConfig, clip_dim: int = 1280) -> dict[str, tuple[int, ...]]:
