@@ -9,12 +9,39 @@ from __future__ import annotations
 import logging
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from inferix_core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 PARTIAL_TAG = ".partial"
 NUMBER_DIGITS = 5  # name_00001.mp4, as ComfyUI's SaveImage counter
+
+
+def confine_prefix(root: str | os.PathLike[str], prefix: str) -> tuple[Path, str]:
+    """``(root/sub, name)`` for a ``filename_prefix`` such as ``'inferix/clip'``, refusing every escape.
+
+    Why strict: a prefix comes from a workflow (someone else's JSON, or a ``/prompt`` client), and the
+    output folder is the only place it may write. Refused with a one-line ``ConfigError``: empty prefixes,
+    absolute paths (POSIX or Windows), ``.``/``..`` as the file name, and anything whose folder resolves
+    (symlinks included) outside ``root``.
+    """
+    text = str(prefix).strip()
+    hint = "use a relative prefix under the output folder, such as 'inferix/video'"
+    if not text:
+        raise ConfigError(f"filename_prefix is empty; {hint}")
+    if "\x00" in text:
+        raise ConfigError(f"filename_prefix {prefix!r} contains a NUL character; {hint}")
+    if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() or PureWindowsPath(text).drive:
+        raise ConfigError(f"filename_prefix '{prefix}' is an absolute path; {hint}")
+    base = Path(root).resolve()
+    name = PurePosixPath(text.replace("\\", "/")).name
+    target = (base / text).resolve()
+    folder = target.parent
+    if name in ("", ".", "..") or target == base or (folder != base and base not in folder.parents):
+        raise ConfigError(f"filename_prefix '{prefix}' points outside the output folder {base}; {hint}")
+    return folder, target.name
 
 
 def partial_path(path: Path) -> Path:
