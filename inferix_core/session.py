@@ -31,6 +31,8 @@ from .sinks.live import InputQueue
 
 log = logging.getLogger(__name__)
 
+MAX_QUEUED_ACTIONS = 8  # actions waiting for their blocks (one block each)
+
 
 @dataclass(frozen=True)
 class SessionBlock:
@@ -139,7 +141,8 @@ class InteractiveSession:
             self._decoder = dec.stream_decoder()
         # 3. input state: events wait in _pending until a boundary consumes them
         self._pending: deque[dict[str, Any]] = deque()
-        self._actions: deque[str] = deque()  # queued actions, one per coming block
+        # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon
+        self._actions: deque[str] = deque(maxlen=MAX_QUEUED_ACTIONS)
         self._last_action: str | None = None
         self._history: list[_CachedBlock] = []
         self.paused = False
