@@ -2,7 +2,7 @@
 
 Each subcommand lives in `inferix_core/commands/<name>.py` and exposes `register(subparsers)`, which
 adds its parser and sets `func=run`. User mistakes (InferixError) print one clear line and exit 2;
-a traceback only appears with --debug.
+a traceback only appears with --debug. Ctrl-C and SIGTERM exit 130 with one line, at any point.
 """
 
 from __future__ import annotations
@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
+from typing import Any
 
-from .errors import InferixError
+from .errors import GenerationInterruptedError, InferixError
 
 # Subcommand modules, in the order `inferix --help` lists them. A module that fails to import
 # (an optional dependency missing) is reported when that subcommand is used, not at start-up.
 COMMANDS = ["run", "queue", "play", "bench", "lvbench", "info"]
 
 log = logging.getLogger("inferix")
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, the shell convention
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +51,20 @@ def _unavailable(name: str, exc: Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; user mistakes exit 2 with one line, interrupts (Ctrl-C, SIGTERM) exit 130."""
+    previous_term = _terminate_like_ctrl_c()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # during start-up, or a second Ctrl-C: one line, never a traceback
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    finally:
+        _close_open_outputs()
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.debug else logging.WARNING if args.quiet else logging.INFO
@@ -56,14 +74,34 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except GenerationInterruptedError as exc:
+        if args.debug:
+            raise
+        print(f"interrupted: {exc}", file=sys.stderr)
+        return INTERRUPTED_EXIT
     except InferixError as exc:
         if args.debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+
+
+def _terminate_like_ctrl_c() -> Any:
+    """SIGTERM (kill, systemd, docker stop) stops like Ctrl-C, so outputs are published; returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handle(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handle)
+
+
+def _close_open_outputs() -> None:
+    """Publish (or remove) any mp4 an interrupt left open, e.g. when a second Ctrl-C cut a close short."""
+    module = sys.modules.get("inferix_core.sinks.mp4")
+    if module is not None:
+        module.close_open_sinks()
 
 
 if __name__ == "__main__":

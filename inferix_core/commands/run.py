@@ -145,7 +145,10 @@ def _tell_pack_output_dir(path: Path) -> None:
 
 @contextmanager
 def _graceful_ctrl_c() -> Iterator[None]:
-    """First Ctrl-C asks the nodes to stop at their next check; a second one aborts at once."""
+    """First Ctrl-C (or SIGTERM) asks the nodes to stop at their next check; a second one aborts at once.
+
+    Either way the sinks close on the way out, so the video so far is published.
+    """
     pressed = []
 
     def handle(signum: int, frame: Any) -> None:
@@ -155,12 +158,14 @@ def _graceful_ctrl_c() -> Iterator[None]:
         print("\nstopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
         request_interrupt()
 
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGINT, handle)
-    except ValueError:  # not the main thread: leave Ctrl-C alone
-        previous = None
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handle)
+    except ValueError:  # not the main thread: leave the signals alone
+        pass
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from inferix_core.errors import ConfigError
@@ -16,6 +17,10 @@ from inferix_core.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 PARTIAL_TAG = ".partial"
+_PUBLISHED: list[Path] = []  # every file publish() created in this process, in order (see published_since)
+_PUBLISHED_BASE = [0]  # how many older entries were trimmed off the front
+_PUBLISHED_KEEP = 100_000
+_PUBLISHED_LOCK = threading.Lock()
 NUMBER_DIGITS = 5  # name_00001.mp4, as ComfyUI's SaveImage counter
 
 
@@ -44,6 +49,19 @@ def confine_prefix(root: str | os.PathLike[str], prefix: str) -> tuple[Path, str
     return folder, target.name
 
 
+def make_output_dir(folder: str | os.PathLike[str]) -> Path:
+    """Create an output folder, or a one-line ConfigError (read-only file system, a file in the way, no permission)."""
+    path = Path(folder)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot create the output folder {path} ({error.strerror or error}); choose a writable folder "
+            "(--output-dir, or the filename_prefix)"
+        ) from None
+    return path
+
+
 def partial_path(path: Path) -> Path:
     """``out/clip_00001.mp4`` → ``out/clip_00001.partial.mp4`` (the extension stays, so players open it)."""
     return path.with_name(path.stem + PARTIAL_TAG + path.suffix)
@@ -55,8 +73,7 @@ def unique_path(directory: str | os.PathLike[str], prefix: str, ext: str) -> Pat
     The directory is created. Numbering continues after the highest number present rather than filling
     gaps, so the newest output always sorts last.
     """
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_output_dir(directory)
     ext = ext.lstrip(".")
     suffix = f".{ext}" if ext else ""
     pattern = re.compile(rf"^{re.escape(prefix)}_(\d+)(?:{re.escape(PARTIAL_TAG)})?{re.escape(suffix)}$")
@@ -101,4 +118,21 @@ def publish(temp: Path, final: Path) -> Path:
         return temp
     if target != final:
         logger.warning("%s appeared while writing; saved as %s instead (never overwriting)", final, target)
+    with _PUBLISHED_LOCK:
+        _PUBLISHED.append(target)
+        if len(_PUBLISHED) > 2 * _PUBLISHED_KEEP:  # a long-lived server: keep the record bounded
+            del _PUBLISHED[:_PUBLISHED_KEEP]
+            _PUBLISHED_BASE[0] += _PUBLISHED_KEEP
     return target
+
+
+def publish_mark() -> int:
+    """A position in this process's record of published files, for `published_since`."""
+    with _PUBLISHED_LOCK:
+        return _PUBLISHED_BASE[0] + len(_PUBLISHED)
+
+
+def published_since(mark: int) -> list[Path]:
+    """Files this process published after `mark`: a run's own outputs, not another run's in the same folder."""
+    with _PUBLISHED_LOCK:
+        return list(_PUBLISHED[max(0, mark - _PUBLISHED_BASE[0]) :])
