@@ -38,7 +38,15 @@ def env() -> dict[str, str]:
 def start(cmd: str, work: Path, *, fsize: int | None = None, blocks: int = RUN_BLOCKS) -> subprocess.Popen:
     """`inferix run` of the quickstart (into work/out) or `inferix play` of the bundled model (work/out/play.mp4)."""
     if cmd == "run":
-        args = ["run", str(QUICKSTART), "--output-dir", str(work / "out"), "--no-progress", "--set", f"3.num_blocks={blocks}"]
+        args = [
+            "run",
+            str(QUICKSTART),
+            "--output-dir",
+            str(work / "out"),
+            "--no-progress",
+            "--set",
+            f"3.num_blocks={blocks}",
+        ]
     else:
         (work / "out").mkdir(parents=True, exist_ok=True)
         args = ["play", "bundled", "--port", "0", "--output", str(work / "out" / "play.mp4")]
@@ -181,8 +189,7 @@ def test_a_write_cut_short_is_trimmed_back_to_whole_blocks(tmp_path, monkeypatch
     """An interrupt inside a fragment write leaves half a fragment; close cuts it off and publishes the rest."""
     import numpy as np
 
-    from inferix_core.sinks import Mp4Sink
-    from inferix_core.sinks import fmp4
+    from inferix_core.sinks import Mp4Sink, fmp4
 
     rng = np.random.default_rng(1)
     sink = Mp4Sink(tmp_path / "clip.mp4", fps=16)
@@ -219,7 +226,7 @@ def test_randomized_stops_leave_no_file_or_a_playable_one(tmp_path, cmd):
             work.mkdir()
             proc = start(cmd, work, fsize=fsize if kind == "disk-full" else None, blocks=12)
             running.append((work, kind, delay, proc, time.monotonic()))
-        for work, kind, delay, proc, t0 in running:
+        for _work, kind, delay, proc, t0 in running:
             if kind != "disk-full":
                 time.sleep(max(0.0, t0 + delay - time.monotonic()))
                 if proc.poll() is None:
