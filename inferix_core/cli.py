@@ -51,17 +51,60 @@ def _unavailable(name: str, exc: Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand; user mistakes exit 2 with one line, interrupts (Ctrl-C, SIGTERM) exit 130."""
-    previous_term = _terminate_like_ctrl_c()
+    """Run one subcommand; user mistakes exit 2 with one line, interrupts (Ctrl-C, SIGTERM) exit 130.
+
+    The first SIGINT/SIGTERM raises KeyboardInterrupt (`inferix run` first asks the nodes to stop, see
+    commands/run.py); later ones are ignored while outputs are published, so no second Ctrl-C can cut
+    that short or end in a traceback. As the program itself (`argv` None) they stay ignored until exit.
+    """
+    previous = _install_stop_handlers()
     try:
-        return _main(argv)
-    except KeyboardInterrupt:  # during start-up, or a second Ctrl-C: one line, never a traceback
-        print("interrupted", file=sys.stderr)
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:  # during start-up, or a second Ctrl-C: one line, never a traceback
+            STOP["raised"] = True
+            print("interrupted", file=sys.stderr)
+            return INTERRUPTED_EXIT
+        except Exception:
+            # the interrupt may surface as another exception (Python wraps one raised inside a class body's
+            # __set_name__ in a RuntimeError, e.g. while torch imports): after a stop signal it is the stop
+            if not STOP["raised"]:
+                raise
+            print("interrupted", file=sys.stderr)
+            return INTERRUPTED_EXIT
+        finally:
+            _close_open_outputs()
+    except KeyboardInterrupt:  # pragma: no cover - a signal between the handler's raise and its flag
         return INTERRUPTED_EXIT
     finally:
-        _close_open_outputs()
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        if argv is not None:  # called from Python (tests, scripts): give the caller its handlers back
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            STOP["raised"] = False
+        else:  # the program is ending: a signal now must not become a traceback, or kill the exit (-2)
+            STOP["raised"] = True
+            if previous:  # SIG_IGN survives interpreter finalization (a Python handler is reset to SIG_DFL)
+                for signum in previous:
+                    signal.signal(signum, signal.SIG_IGN)
+
+
+STOP = {"raised": False}  # set once a stop signal has raised KeyboardInterrupt: later ones are ignored
+
+
+def stop_once(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM handler: raise KeyboardInterrupt the first time, ignore every later signal."""
+    if STOP["raised"]:
+        return
+    STOP["raised"] = True
+    raise KeyboardInterrupt
+
+
+def _install_stop_handlers() -> dict[int, Any]:
+    """SIGTERM (kill, systemd, docker stop) stops like Ctrl-C, so outputs are published; returns the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    STOP["raised"] = False
+    return {signum: signal.signal(signum, stop_once) for signum in (signal.SIGINT, signal.SIGTERM)}
 
 
 def _main(argv: list[str] | None) -> int:
@@ -84,17 +127,6 @@ def _main(argv: list[str] | None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-def _terminate_like_ctrl_c() -> Any:
-    """SIGTERM (kill, systemd, docker stop) stops like Ctrl-C, so outputs are published; returns the old handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handle(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handle)
 
 
 def _close_open_outputs() -> None:

@@ -31,8 +31,8 @@ def seconds_per_block(world_model: WorldModel, sampling: SamplingConfig | None =
 
 def seconds_to_blocks(world_model: WorldModel, seconds: float, sampling: SamplingConfig | None = None) -> int:
     """Whole blocks that cover `seconds` of video (rounded up, at least 1)."""
-    if seconds <= 0:
-        raise ConfigError(f"seconds must be positive, got {seconds}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"seconds must be a positive number, got {seconds}")
     return max(1, math.ceil(seconds / seconds_per_block(world_model, sampling) - 1e-9))
 
 

@@ -149,11 +149,14 @@ def _graceful_ctrl_c() -> Iterator[None]:
 
     Either way the sinks close on the way out, so the video so far is published.
     """
+    from ..cli import stop_once
+
     pressed = []
 
     def handle(signum: int, frame: Any) -> None:
         if pressed:
-            raise KeyboardInterrupt
+            stop_once(signum, frame)  # raises KeyboardInterrupt once; any later signal is ignored
+            return
         pressed.append(signum)
         print("\nstopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
         request_interrupt()

@@ -126,6 +126,24 @@ def publish(temp: Path, final: Path) -> Path:
     return target
 
 
+def write_text_output(path: str | os.PathLike[str], text: str, *, force: bool = False) -> Path:
+    """Write a result file (e.g. `--json OUT`) without ever replacing one: a taken name gets the next number.
+
+    With `force` the file is replaced (atomically). Returns the path written.
+    """
+    final = Path(path)
+    make_output_dir(final.parent if str(final.parent) else ".")
+    temp = final.with_name(f".{final.name}.{os.getpid()}{PARTIAL_TAG}")
+    temp.write_text(text, encoding="utf-8")
+    if force:
+        os.replace(temp, final)
+        return final
+    written = publish(temp, final)
+    if written != final:
+        print(f"{final} exists; wrote {written} instead (--force replaces it)")
+    return written
+
+
 def publish_mark() -> int:
     """A position in this process's record of published files, for `published_since`."""
     with _PUBLISHED_LOCK:

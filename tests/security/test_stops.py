@@ -210,39 +210,61 @@ def test_a_write_cut_short_is_trimmed_back_to_whole_blocks(tmp_path, monkeypatch
     assert decoded_frames(tmp_path / "clip.mp4") == 8 and not list(tmp_path.glob("*.partial*"))
 
 
+def first_block_on_disk(work: Path) -> bool:
+    partials = list((work / "out").rglob("*.partial.mp4")) if (work / "out").exists() else []
+    return bool(partials) and partials[0].stat().st_size > 2000
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", ["run", "play"])
 def test_randomized_stops_leave_no_file_or_a_playable_one(tmp_path, cmd):
-    """20 kill times per command, drawn over start-up and generation, with SIGINT, SIGTERM, double SIGINT
-    and a full disk; two children at a time to keep it near a minute per command on 2 cores."""
+    """20 stops per command: SIGINT, SIGTERM, double SIGINT and a full disk, half of the signals during
+    start-up (a random time after launch) and half during generation (a random time after the first
+    block is on disk); three children at a time to keep it near a minute per command on 2 cores."""
     rng = random.Random(20)
     kinds = ["SIGINT", "SIGTERM", "double-SIGINT", "disk-full"]
-    trials = [(kinds[i % 4], rng.uniform(0.2, 9.0), rng.choice([3000, 5000, 9000, 20000])) for i in range(20)]
+    trials = []
+    for i in range(20):
+        kind, phase = kinds[i % 4], "start-up" if (i // 4) % 2 == 0 else "generation"
+        delay = rng.uniform(0.2, 4.0) if phase == "start-up" else rng.uniform(0.0, 2.0)
+        trials.append((kind, phase, delay, rng.choice([3000, 5000, 9000, 20000]), rng.uniform(0.0, 0.3)))
     log = []
-    for pair_start in range(0, len(trials), 2):
+    width = 3
+    for first in range(0, len(trials), width):
         running = []
-        for k, (kind, delay, fsize) in enumerate(trials[pair_start : pair_start + 2]):
-            work = tmp_path / f"t{pair_start + k:02d}"
+        for k, (kind, phase, delay, fsize, gap) in enumerate(trials[first : first + width]):
+            work = tmp_path / f"t{first + k:02d}"
             work.mkdir()
-            proc = start(cmd, work, fsize=fsize if kind == "disk-full" else None, blocks=12)
-            running.append((work, kind, delay, proc, time.monotonic()))
-        for _work, kind, delay, proc, t0 in running:
-            if kind != "disk-full":
-                time.sleep(max(0.0, t0 + delay - time.monotonic()))
-                if proc.poll() is None:
+            proc = start(cmd, work, fsize=fsize if kind == "disk-full" else None, blocks=8)
+            running.append([work, kind, phase, delay, gap, proc, time.monotonic(), None])
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        while time.monotonic() < deadline and any(r[7] is None and r[5].poll() is None for r in running):
+            now = time.monotonic()
+            for r in running:
+                work, kind, phase, delay, gap, proc, t0, due = r
+                if due is None and phase == "generation" and first_block_on_disk(work):
+                    r[7] = due = now + delay
+                elif due is None and phase == "start-up":
+                    r[7] = due = t0 + delay
+                if due is not None and now >= due and r[4] is not None and proc.poll() is None:
+                    if kind == "disk-full" and cmd == "run":
+                        r[4] = None  # run fails on its own when the disk fills
+                        continue
                     proc.send_signal(signal.SIGTERM if kind == "SIGTERM" else signal.SIGINT)
                     if kind == "double-SIGINT":
-                        time.sleep(rng.uniform(0.0, 0.3))
+                        time.sleep(gap)
                         if proc.poll() is None:
                             proc.send_signal(signal.SIGINT)
-            elif cmd == "play":  # play runs until stopped: stop it once the disk has filled, if it has not failed
-                time.sleep(max(0.0, t0 + delay - time.monotonic()))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-        for work, kind, delay, proc, _ in running:
+                    r[4] = None  # sent
+            time.sleep(0.02)
+        for work, kind, phase, delay, _gap, proc, _t0, _due in running:
+            if kind == "disk-full" and cmd == "play" and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # the disk may not have filled yet: end the session
             code, _, err = finish(proc, timeout=120)
+            err = f"[{kind} in {phase} at +{delay:.2f} s]\n{err}"
             check_clean_exit(code, err, expected=(0, 2, 130) if kind == "disk-full" else (0, 130))
             files = check_outputs(work)
             assert len(files) <= 1, files
-            log.append((kind, round(delay, 2), code, [n for _, n in files]))
+            log.append((kind, phase, round(delay, 2), code, [n for _, n in files]))
     print(json.dumps(log))
+    assert any(files for *_, files in log)  # some stops came after frames were written
