@@ -447,7 +447,10 @@ class LiveView(FrameSink):
         with self.hub.cond:
             self.hub.cond.notify_all()
         if self._httpd is not None:
-            self._httpd.shutdown()
+            # shutdown() waits for serve_forever without a limit; wait in a helper so close() is bounded
+            stopper = threading.Thread(target=self._httpd.shutdown, name="inferix-live-view-stop", daemon=True)
+            stopper.start()
+            stopper.join(timeout=5)
             self._httpd.server_close()
             assert self._thread is not None
             self._thread.join(timeout=5)

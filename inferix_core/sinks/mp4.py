@@ -26,7 +26,7 @@ import numpy as np
 from inferix_core.errors import BackendUnavailableError, ConfigError, InferixError, ShapeMismatchError
 from inferix_core.sinks.base import FrameSink, deferred_signals, to_uint8_frames
 from inferix_core.sinks.fmp4 import FragmentedMp4Writer, Sample, avcc_from_extradata, to_length_prefixed
-from inferix_core.sinks.paths import make_output_dir, partial_path, publish, unique_path
+from inferix_core.sinks.paths import make_output_dir, next_free_path, partial_path, publish, unique_path
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +119,17 @@ class Mp4Sink(FrameSink):
 
     def _open_file(self) -> None:
         """Create the partial file and its init segment (once the first block's packets exist)."""
-        self._check_temp_free()
-        try:  # "x": fail rather than share a temp file with another run writing the same name
-            self._file = open(self.temp_path, "xb")  # noqa: SIM115 - closed in close()
-        except FileExistsError as error:
-            raise ConfigError(f"{self.temp_path} appeared meanwhile: another run is writing it") from error
+        for _ in range(100):  # "x": never share a temp file with another run that took the name meanwhile
+            try:
+                self._file = open(self.temp_path, "xb")  # noqa: SIM115 - closed in close()
+                break
+            except FileExistsError:
+                taken = self.path
+                self.path = next_free_path(self.path)
+                self.temp_path = partial_path(self.path)
+                logger.info("%s is being written by another run; writing %s instead", taken.name, self.path.name)
+        else:  # pragma: no cover - a hundred concurrent writers of one name
+            raise ConfigError(f"no free output name next to {self.path}; pick another filename_prefix")
         timescale = self.fps.numerator * 1000
         self._writer = FragmentedMp4Writer(
             self._file,

@@ -85,7 +85,7 @@ def unique_path(directory: str | os.PathLike[str], prefix: str, ext: str) -> Pat
     return folder / f"{prefix}_{highest + 1:0{NUMBER_DIGITS}d}{suffix}"
 
 
-def _next_free(path: Path) -> Path:
+def next_free_path(path: Path) -> Path:
     """``clip.mp4`` → ``clip_00001.mp4`` (or the next free number) when ``clip.mp4`` is taken."""
     match = re.match(rf"^(.*)_(\d{{{NUMBER_DIGITS}}})$", path.stem)
     prefix = match.group(1) if match else path.stem
@@ -103,11 +103,11 @@ def publish(temp: Path, final: Path) -> Path:
         try:
             os.link(temp, target)
         except FileExistsError:
-            target = _next_free(final)
+            target = next_free_path(final)
             continue
         except OSError:  # no hard links (some network / FAT file systems)
             if target.exists():
-                target = _next_free(final)
+                target = next_free_path(final)
                 continue
             os.rename(temp, target)
             break

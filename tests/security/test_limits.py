@@ -123,7 +123,7 @@ def test_lvbench_json_never_overwrites(tmp_path, capsys):
         sink.write((torch.rand(8, 32, 32, 3, generator=rng) * 255).to(torch.uint8), 0)
     out = tmp_path / "scores.json"
     out.write_text("the user's earlier scores")
-    args = ["lvbench", str(tmp_path / "v.mp4"), "--metrics", "vde", "--chunks", "2", "--json", str(out)]
+    args = ["lvbench", str(tmp_path / "v.mp4"), "--metrics", "clarity", "--chunks", "2", "--json", str(out)]
     assert main(args) == 0
     assert out.read_text() == "the user's earlier scores"
     new = [p for p in tmp_path.glob("scores*.json") if p != out]
