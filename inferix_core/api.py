@@ -168,11 +168,13 @@ def plan_run(
 
 
 def _resident_bytes(world_model: WorldModel) -> int:
-    """Bytes of the transformer and VAE weights already loaded (the plan counts them; free memory does not)."""
+    """Bytes of the transformer and VAE weights already on the model's device (the plan counts them; the
+    free memory measured now does not)."""
+    kind = world_model.device.type
     total = 0
     for module in (world_model.transformer, world_model.vae):
         if module is not None and hasattr(module, "parameters"):
-            total += sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type != "meta")
+            total += sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type == kind)
     return total
 
 

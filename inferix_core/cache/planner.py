@@ -444,7 +444,11 @@ def available_memory_bytes(device: torch.device | str) -> tuple[int, str]:
     dev = torch.device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
-        return int(free), f"free memory of {dev}"
+        # blocks torch's caching allocator holds but no tensor uses are ours to reuse, not gone
+        cached = (
+            torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev) if torch.cuda.is_initialized() else 0
+        )
+        return int(free + max(0, cached)), f"free memory of {dev}"
     return host_available_bytes(), "available host RAM"
 
 
