@@ -10,7 +10,18 @@ import os
 import pytest
 
 from inferix_core.errors import ConfigError
-from inferix_core.sinks.paths import confine_prefix, make_output_dir, unique_path
+from inferix_core.sinks import paths
+
+
+def confine_prefix(root, prefix):
+    return paths.confine_prefix(root, prefix)
+
+
+def make_output_dir(folder):
+    return paths.make_output_dir(folder)
+
+
+unique_path = paths.unique_path
 
 ESCAPES = [
     ".",

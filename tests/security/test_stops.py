@@ -254,7 +254,22 @@ def test_randomized_stops_leave_no_file_or_a_playable_one(tmp_path, cmd):
         kind, phase = kinds[i % 4], "start-up" if (i + i // 4) % 2 == 0 else "generation"  # each kind in both
         delay = rng.uniform(0.0, 3.0) if phase == "start-up" else rng.uniform(0.0, 2.0)
         trials.append((kind, phase, delay, rng.choice([3000, 5000, 9000, 20000]), rng.uniform(0.0, 0.3)))
-    log = []
+    log: list = []
+    launched: list[subprocess.Popen] = []
+    try:
+        _run_trials(cmd, tmp_path, trials, rng, log, launched)
+    finally:  # a failed check must not leave children running (they play forever)
+        for proc in launched:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    print(json.dumps(log))
+    signalled = [entry for entry in log if entry[0] != "disk-full"]
+    assert any(entry[4] for entry in signalled)  # some stops came after frames were written
+    assert sum(entry[3] == 130 for entry in signalled) >= len(signalled) // 2  # and they did interrupt
+
+
+def _run_trials(cmd, tmp_path, trials, rng, log, launched) -> None:
     width = 3
     for first in range(0, len(trials), width):
         running = []
@@ -262,6 +277,7 @@ def test_randomized_stops_leave_no_file_or_a_playable_one(tmp_path, cmd):
             work = tmp_path / f"t{first + k:02d}"
             work.mkdir()
             proc = start(cmd, work, fsize=fsize if kind == "disk-full" else None, blocks=8)
+            launched.append(proc)
             running.append([work, kind, phase, delay, gap, proc, time.monotonic(), None])
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         while time.monotonic() < deadline and any(r[4] is not None and r[5].poll() is None for r in running):
@@ -291,7 +307,3 @@ def test_randomized_stops_leave_no_file_or_a_playable_one(tmp_path, cmd):
             files = check_outputs(work)
             assert len(files) <= 1, files
             log.append((kind, phase, round(delay, 2), code, [n for _, n in files]))
-    print(json.dumps(log))
-    signalled = [entry for entry in log if entry[0] != "disk-full"]
-    assert any(entry[4] for entry in signalled)  # some stops came after frames were written
-    assert sum(entry[3] == 130 for entry in signalled) >= len(signalled) // 2  # and they did interrupt
