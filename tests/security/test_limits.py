@@ -30,8 +30,19 @@ def bundled():
     return load_world_model("bundled", device="cpu")
 
 
+@pytest.fixture
+def no_generation(monkeypatch):
+    """A run that gets past the checks fails at once instead of generating thousands of blocks."""
+    import inferix_core.api as api
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"generation started with num_blocks={kwargs.get('num_blocks')}: the cap was bypassed")
+
+    monkeypatch.setattr(api, "generate_video", refuse)
+
+
 @pytest.mark.parametrize("seconds", [math.inf, math.nan, -1.0, 1e308])
-def test_block_denoise_seconds_refuses_non_finite_and_beyond_the_cap(bundled, seconds):
+def test_block_denoise_seconds_refuses_non_finite_and_beyond_the_cap(bundled, no_generation, seconds):
     from inferix_nodes.block_denoise import MAX_BLOCKS, InferixBlockDenoise
 
     w, h = bundled.default_size
@@ -43,7 +54,7 @@ def test_block_denoise_seconds_refuses_non_finite_and_beyond_the_cap(bundled, se
         InferixBlockDenoise.execute(bundled, "", 1, seconds, w, h, "", 0)
 
 
-def test_seconds_just_over_the_cap_is_refused_and_at_the_cap_accepted(bundled):
+def test_seconds_just_over_the_cap_is_refused_and_at_the_cap_accepted(bundled, no_generation):
     from inferix_nodes.block_denoise import MAX_BLOCKS, InferixBlockDenoise
 
     from inferix_core.schedules import seconds_per_block

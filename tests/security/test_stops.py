@@ -221,6 +221,7 @@ def test_a_write_cut_short_is_trimmed_back_to_whole_blocks(tmp_path, monkeypatch
     sink = Mp4Sink(tmp_path / "clip.mp4", fps=16)
     for i in range(2):
         sink.write(rng.integers(0, 255, (4, 16, 16, 3), dtype=np.uint8), i)
+    whole = sink.temp_path.stat().st_size
     real = fmp4.FragmentedMp4Writer.write_fragment
 
     def half_then_interrupt(self, samples):
@@ -233,6 +234,7 @@ def test_a_write_cut_short_is_trimmed_back_to_whole_blocks(tmp_path, monkeypatch
         sink.write(rng.integers(0, 255, (4, 16, 16, 3), dtype=np.uint8), 2)
     monkeypatch.setattr(fmp4.FragmentedMp4Writer, "write_fragment", real)
     sink.close()
+    assert (tmp_path / "clip.mp4").stat().st_size == whole  # the half fragment is gone, not left as a tail
     assert decoded_frames(tmp_path / "clip.mp4") == 8 and not list(tmp_path.glob("*.partial*"))
 
 

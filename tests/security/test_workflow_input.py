@@ -23,12 +23,13 @@ CHAIN = 5000
 
 
 def chain(n: int, cycle: bool = False) -> dict:
-    wf = {"1": {"class_type": "Test_Number", "inputs": {"value": 1}}}
-    for i in range(2, n + 1):
-        wf[str(i)] = {"class_type": "Test_Add", "inputs": {"a": [str(i - 1), 0], "b": [str(i - 1), 0]}}
+    """Save ← n ← n-1 … ← 1: node i reads node i+1, so a search from node 1 goes n deep."""
+    wf = {str(n): {"class_type": "Test_Number", "inputs": {"value": 1}}}
+    for i in range(n - 1, 0, -1):
+        wf[str(i)] = {"class_type": "Test_Add", "inputs": {"a": [str(i + 1), 0], "b": [str(i + 1), 0]}}
     if cycle:
-        wf["1"] = {"class_type": "Test_Add", "inputs": {"a": [str(n), 0], "b": [str(n), 0]}}
-    wf[str(n + 1)] = {"class_type": "Test_SaveText", "inputs": {"value": [str(n), 0], "prefix": "r"}}
+        wf[str(n)] = {"class_type": "Test_Add", "inputs": {"a": ["1", 0], "b": ["1", 0]}}
+    wf[str(n + 1)] = {"class_type": "Test_SaveText", "inputs": {"value": ["1", 0], "prefix": "r"}}
     return wf
 
 
