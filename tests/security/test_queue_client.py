@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -86,20 +87,21 @@ def queue(tmp_path: Path, server: str, *extra: str) -> int:
     return main(["queue", str(wf), "--server", server, "--no-progress", *extra])
 
 
+NAME = f"escaped-{uuid.uuid4().hex[:8]}.txt"  # unique: a file left by an unfixed run must not count
 ESCAPES = [
-    {"filename": "../escaped.txt", "subfolder": "", "type": "output"},
-    {"filename": "escaped.txt", "subfolder": "../..", "type": "output"},
-    {"filename": "escaped.txt", "subfolder": "a/../../..", "type": "output"},
-    {"filename": "escaped.txt", "subfolder": "/tmp", "type": "output"},
-    {"filename": "/tmp/escaped.txt", "subfolder": "", "type": "output"},
-    {"filename": "escaped.txt", "subfolder": "", "type": "../.."},
-    {"filename": "escaped.txt", "subfolder": "", "type": "/tmp"},
-    {"filename": ["escaped.txt"], "subfolder": "", "type": "output"},
+    {"filename": "../" + NAME, "subfolder": "", "type": "output"},
+    {"filename": NAME, "subfolder": "../..", "type": "output"},
+    {"filename": NAME, "subfolder": "a/../../..", "type": "output"},
+    {"filename": NAME, "subfolder": "/tmp", "type": "output"},
+    {"filename": "/tmp/" + NAME, "subfolder": "", "type": "output"},
+    {"filename": NAME, "subfolder": "", "type": "../.."},
+    {"filename": NAME, "subfolder": "", "type": "/tmp"},
+    {"filename": [NAME], "subfolder": "", "type": "output"},
     {"filename": "..", "subfolder": "", "type": "output"},
 ]
 
 
-@pytest.mark.parametrize("entry", ESCAPES, ids=lambda e: f"{e['subfolder']}|{e['filename']}|{e['type']}")
+@pytest.mark.parametrize("entry", ESCAPES, ids=lambda e: f"{e['subfolder']}|{str(e['filename'])[:12]}|{e['type']}")
 def test_download_never_leaves_the_output_folder(hostile, tmp_path, capsys, entry):
     routes, server = hostile
     routes.update(finished_with({"9": {"images": [entry]}}))
@@ -112,7 +114,7 @@ def test_download_never_leaves_the_output_folder(hostile, tmp_path, capsys, entr
     assert "Traceback" not in err
     created = {p for p in tmp_path.rglob("*")} - before
     assert all(work / "out" in p.parents or p == work / "out" for p in created - {work / "wf.json"}), created
-    assert not list(tmp_path.rglob("escaped.txt")) and not Path("/tmp/escaped.txt").exists()
+    assert not list(tmp_path.rglob(NAME)) and not (Path("/tmp") / NAME).exists()
 
 
 def test_download_never_overwrites(hostile, tmp_path, capsys):
