@@ -8,8 +8,10 @@ a traceback only appears with --debug. Ctrl-C and SIGTERM exit 130 with one line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -58,24 +60,29 @@ def main(argv: list[str] | None = None) -> int:
     that short or end in a traceback. As the program itself (`argv` None) they stay ignored until exit.
     """
     previous = _install_stop_handlers()
+    code: int | None = None  # stays None while an exception (a real bug) propagates
     try:
         try:
-            return _main(argv)
+            code = _main(argv)
+            return code
         except KeyboardInterrupt:  # during start-up, or a second Ctrl-C: one line, never a traceback
             STOP["raised"] = True
             print("interrupted", file=sys.stderr)
-            return INTERRUPTED_EXIT
+            code = INTERRUPTED_EXIT
+            return code
         except Exception:
             # the interrupt may surface as another exception (Python wraps one raised inside a class body's
             # __set_name__ in a RuntimeError, e.g. while torch imports): after a stop signal it is the stop
             if not STOP["raised"]:
                 raise
             print("interrupted", file=sys.stderr)
-            return INTERRUPTED_EXIT
+            code = INTERRUPTED_EXIT
+            return code
         finally:
             _close_open_outputs()
     except KeyboardInterrupt:  # pragma: no cover - a signal between the handler's raise and its flag
-        return INTERRUPTED_EXIT
+        code = INTERRUPTED_EXIT
+        return code
     finally:
         if argv is not None:  # called from Python (tests, scripts): give the caller its handlers back
             for signum, handler in previous.items():
@@ -86,6 +93,22 @@ def main(argv: list[str] | None = None) -> int:
             if previous:  # SIG_IGN survives interpreter finalization (a Python handler is reset to SIG_DFL)
                 for signum in previous:
                     signal.signal(signum, signal.SIG_IGN)
+            if code == INTERRUPTED_EXIT:
+                _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """Exit with `code` at once after an interrupt, everything flushed.
+
+    Why not return: CPython 3.11 notes a KeyboardInterrupt that passed through code run by PyRun_*
+    (extension modules' embedded scripts, e.g. during `import torch`) in a process-wide flag, and at the
+    end kills the process with SIGINT (exit -2) even though we handled it. Outputs are closed already.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 STOP = {"raised": False}  # set once a stop signal has raised KeyboardInterrupt: later ones are ignored
