@@ -119,13 +119,19 @@ def plan_run(
     num_blocks: int,
     sampling: SamplingConfig | None = None,
     num_initial_frames: int = 0,
+    available_bytes: int | None = None,
 ) -> MemoryPlan:
     """The memory plan of one run, with `cache.gpu_budget_bytes` as the KV cache's share of the GPU.
 
     The planner's budget covers the whole run (weights, activations, VAE, cache); the cache config's
-    budget is the cache alone, so the run budget is the rest plus that share. Without a budget the plan
-    only reports. Allocates nothing.
+    budget is the cache alone, so the run budget is the rest plus that share. Without one, the budget is
+    what the device has free now (CUDA) plus the weights already loaded there; on the CPU the whole plan
+    is host memory. Either way the decoded frames the run keeps (uint8, in host RAM) are counted against
+    the RAM available (`available_bytes`, default: MemAvailable). `check_plan` refuses what does not fit,
+    before anything is allocated, naming the cheapest fix. Allocates nothing.
     """
+    from .cache.planner import available_memory_bytes, check_host_memory, host_available_bytes
+
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
     lat_h, lat_w = latent_size(world_model, width, height)
@@ -141,10 +147,39 @@ def plan_run(
         vae_bytes=_decoder_bytes(world_model.vae, lat_h, lat_w, sampling.block_frames),
     )
     plan = plan_memory(**args)
-    if cache.gpu_budget_bytes is None:
-        return plan
-    fixed = plan.weights_bytes + plan.activation_bytes + plan.vae_bytes
-    return plan_memory(**args, budget_bytes=fixed + cache.gpu_budget_bytes)
+    on_cuda = world_model.device.type == "cuda"
+    if cache.gpu_budget_bytes is not None:
+        fixed = plan.weights_bytes + plan.activation_bytes + plan.vae_bytes
+        plan = plan_memory(**args, budget_bytes=fixed + cache.gpu_budget_bytes)
+    elif on_cuda:  # no budget given: what the GPU has free, plus the weights already there
+        free, source = available_memory_bytes(world_model.device)
+        plan = plan_memory(**args, budget_bytes=free + _resident_bytes(world_model))
+        plan.budget_source = source
+    host_free = host_available_bytes() if available_bytes is None else available_bytes
+    cost = plan.chosen_cache or plan.requested_cache
+    # on the CPU everything is host memory (the loaded weights are already out of MemAvailable)
+    other = cost.host_bytes if on_cuda else max(0, plan.total_bytes - _resident_bytes(world_model))
+    tc = world_model.temporal_compression
+    check_host_memory(
+        plan,
+        frame_bytes=width * height * 3,
+        frames_for_blocks=lambda n: 1 + tc * (n * sampling.block_frames - 1) if n > 0 else 0,
+        num_blocks=num_blocks,
+        other_bytes=other,
+        available_bytes=host_free,
+    )
+    return plan
+
+
+def _resident_bytes(world_model: WorldModel) -> int:
+    """Bytes of the transformer and VAE weights already on the model's device (the plan counts them; the
+    free memory measured now does not)."""
+    kind = world_model.device.type
+    total = 0
+    for module in (world_model.transformer, world_model.vae):
+        if module is not None and hasattr(module, "parameters"):
+            total += sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type == kind)
+    return total
 
 
 def _decoder_bytes(vae, lat_h: int, lat_w: int, block_frames: int) -> int | None:
@@ -161,7 +196,7 @@ def check_plan(plan: MemoryPlan) -> KVCacheConfig:
     Stricter than `plan.check()`, which accepts a substitute (offload, int8, a shorter window): we never
     change the user's cache settings behind their back, we tell them which change fits.
     """
-    chosen = plan.check()
+    chosen = plan.check()  # also refuses when the frames kept do not fit host memory
     if chosen != plan.requested:
         raise CacheBudgetError(plan.message)
     return chosen

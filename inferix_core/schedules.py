@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -53,7 +54,10 @@ class BlockTiming:
     def blocks_for(self, seconds: float) -> int:
         """Fewest blocks whose video lasts at least `seconds` (rounded up, at least 1)."""
         c, n = self.temporal_compression, self.block_frames
-        return max(1, math.ceil((seconds * self.fps + c - 1) / (c * n) - 1e-9))
+        blocks = (seconds * self.fps + c - 1) / (c * n) - 1e-9
+        if not math.isfinite(blocks):  # 1e308 s overflows: more blocks than any cap, not a crash
+            return sys.maxsize
+        return max(1, math.ceil(blocks))
 
 
 def block_timing(world_model: WorldModel, sampling: SamplingConfig | None = None) -> BlockTiming:
@@ -73,8 +77,8 @@ def seconds_per_block(world_model: WorldModel, sampling: SamplingConfig | None =
 
 def seconds_to_blocks(world_model: WorldModel, seconds: float, sampling: SamplingConfig | None = None) -> int:
     """Whole blocks whose decoded video lasts at least `seconds` (rounded up, at least 1)."""
-    if seconds <= 0:
-        raise ConfigError(f"seconds must be positive, got {seconds}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"seconds must be a positive number, got {seconds}")
     return block_timing(world_model, sampling).blocks_for(seconds)
 
 

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 # How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm,
 # "blocks" re-runs every resident block's context pass in order; the default per family is in the registry.
 RECACHE_STYLES = ("window", "blocks")
+MAX_QUEUED_ACTIONS = 8  # actions waiting for their blocks (one block each)
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ class InteractiveSession:
             self._decoder = dec.stream_decoder()
         # 3. input state: events wait in _pending until a boundary consumes them
         self._pending: deque[dict[str, Any]] = deque()
-        self._actions: deque[str] = deque()  # queued actions, one per coming block
+        # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon
+        self._actions: deque[str] = deque(maxlen=MAX_QUEUED_ACTIONS)
         self._last_action: str | None = None
         self._history: list[_CachedBlock] = []
         self.paused = False

@@ -30,16 +30,58 @@ def to_device_async(t: torch.Tensor, device: torch.device | str) -> torch.Tensor
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """Tensors of a .safetensors or torch .pth/.pt/.ckpt file (weights_only), unwrapping one level of nesting."""
+_MISNAMED = (
+    "'{name}' is named .safetensors but holds a torch/pickle checkpoint; expected a {expected} in safetensors "
+    "format. Convert it, or rename it to .pth (tensors are then loaded with weights_only, never running code)"
+)
+
+
+def read_state_dict(path: str | Path, expected: str = "weights file") -> dict[str, Tensor]:
+    """Tensors of a safetensors or torch .pth/.pt/.ckpt file (weights_only), unwrapping one level of nesting.
+
+    The format is taken from the content, not the extension (a pickle renamed `.safetensors` is still a
+    pickle). Anything unreadable — pickled objects, truncated or random bytes — is a one-line
+    CheckpointLayoutError naming the file and `expected` (e.g. "Wan 2.1 VAE"); file bytes are never quoted.
+    """
+    import pickle
+
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"weights file '{path}' does not exist")
-    if path.suffix == ".safetensors":
+    with path.open("rb") as f:
+        head = f.read(9)
+    what = f"'{path.name}' is not a readable {expected}"
+    if len(head) < 9:
+        raise CheckpointLayoutError(f"{what}: it is {len(head)} bytes long (empty or truncated)")
+    if head[8:9] == b"{":  # safetensors: u64 header length, then the JSON header
         from safetensors.torch import load_file
 
-        return load_file(str(path))
-    obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        try:
+            return load_file(str(path))
+        except Exception as exc:  # SafetensorError (not exported), OSError
+            raise CheckpointLayoutError(
+                f"{what}: the safetensors data is damaged ({str(exc).splitlines()[0][:120]}); it is probably "
+                "truncated (compare its size with the download)"
+            ) from None
+    if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # neither torch zip nor a pickle
+        raise CheckpointLayoutError(
+            f"{what}: it is neither safetensors nor a torch checkpoint (corrupt, or another format); expected a "
+            f"{expected} as .safetensors or a torch state dict"
+        )
+    if path.suffix == ".safetensors":
+        raise CheckpointLayoutError(_MISNAMED.format(name=path.name, expected=expected))
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointLayoutError(
+            f"{what}: it holds pickled Python objects that would have to be executed to load it; we only load "
+            f"tensors. Re-save the {expected} as a state dict of tensors, or as .safetensors"
+        ) from None
+    except Exception as exc:  # torch raises many types for damaged archives
+        raise CheckpointLayoutError(
+            f"{what}: the torch checkpoint is damaged ({type(exc).__name__}); it is probably truncated "
+            "(compare its size with the download)"
+        ) from None
     for _ in range(2):  # {"state_dict": {...}} or {"model": {"state_dict": ...}}
         if isinstance(obj, Mapping) and not any(isinstance(v, Tensor) for v in obj.values()):
             inner = next((obj[k] for k in _WRAPPERS if isinstance(obj.get(k), Mapping)), None)
@@ -47,5 +89,5 @@ def read_state_dict(path: str | Path) -> dict[str, Tensor]:
                 break
             obj = inner
     if not isinstance(obj, Mapping):
-        raise CheckpointLayoutError(f"'{path.name}' holds a {type(obj).__name__}, expected a state dict of tensors")
+        raise CheckpointLayoutError(f"'{path.name}' holds a {type(obj).__name__}, expected a {expected} state dict")
     return {k: v for k, v in obj.items() if isinstance(v, Tensor)}

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 from typing import Any
 
 from inferix_core.controls import control_spec_of
@@ -238,8 +239,8 @@ class InferixBlockDenoise(io.ComfyNode):
                 )
         if num_blocks is not None and not 1 <= num_blocks <= MAX_BLOCKS:
             return f"num_blocks must be between 1 and {MAX_BLOCKS}, got {num_blocks}"
-        if seconds is not None and seconds < 0:
-            return f"seconds must be 0 (use num_blocks) or positive, got {seconds}"
+        if seconds is not None and (not math.isfinite(seconds) or seconds < 0):
+            return f"seconds must be 0 (use num_blocks) or a positive number, got {seconds}"
         if denoising_steps is not None:
             steps = parse_steps(denoising_steps)
             if isinstance(steps, str):
@@ -267,7 +268,14 @@ class InferixBlockDenoise(io.ComfyNode):
         clip_vision: Any = None,
         clip_vision_output: Any = None,
     ) -> io.NodeOutput:
-        from inferix_core.api import check_plan, generate_video, open_video_sinks, plan_run, seconds_to_blocks
+        from inferix_core.api import (
+            block_timing,
+            check_plan,
+            generate_video,
+            open_video_sinks,
+            plan_run,
+            seconds_to_blocks,
+        )
         from inferix_core.errors import ConfigError
         from inferix_core.profiling import Profiler
 
@@ -277,6 +285,11 @@ class InferixBlockDenoise(io.ComfyNode):
         sampling = dataclasses.replace(world_model.sampling, denoising_steps=steps) if steps else world_model.sampling
         if seconds > 0:
             num_blocks = seconds_to_blocks(world_model, seconds, sampling)
+            if num_blocks > MAX_BLOCKS:  # the same cap as num_blocks: seconds must not be a way around it
+                raise ConfigError(
+                    f"seconds={seconds:g} is {num_blocks} blocks for this model, more than the {MAX_BLOCKS}-block "
+                    f"limit; ask for at most {block_timing(world_model, sampling).video_seconds(MAX_BLOCKS):g} s"
+                )
         # the model is a link, so ComfyUI cannot show it to validate_inputs: the budget is checked here,
         # before any model work
         num_start = 0 if start_frames is None else len(start_frames)

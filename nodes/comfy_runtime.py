@@ -101,22 +101,58 @@ def model_folder(folder: str) -> str | None:
 
 
 def resolve_model_file(folder: str, name: str) -> str:
-    """Full path of `name` in model folder `folder` ('bundled' passes through); raises MissingFileError."""
+    """Full path of `name` in model folder `folder` ('bundled' passes through); raises MissingFileError.
+
+    Inside ComfyUI the name comes from a workflow (anyone who can POST /prompt), and our nodes' own
+    validate_inputs takes over ComfyUI's check of the combo's choices, so only files under ComfyUI's
+    folders for `folder` are accepted: no absolute paths, no `..`. Headless, a name under
+    $INFERIX_MODELS_DIR/<folder>/ is confined the same way, and any other name is taken as the path
+    the CLI user typed.
+    """
     if name == BUNDLED:
         return name
-    candidates: list[str | None] = []
+    if not isinstance(name, str) or not name.strip() or "\x00" in name:
+        raise MissingFileError(f"model file name {str(name)[:80]!r} is not a file name; choose '{BUNDLED}' or a file")
     if folder_paths is not None:
-        candidates.append(folder_paths.get_full_path(folder, name))
+        try:
+            roots = list(folder_paths.get_folder_paths(folder))
+        except KeyError:
+            roots = []
+        try:
+            found = folder_paths.get_full_path(folder, name)
+        except KeyError:
+            found = None
+        for path in [found, *(os.path.join(root, name) for root in roots)]:
+            if path and _inside(path, roots) and os.path.isfile(path):
+                return os.path.abspath(path)
+        raise MissingFileError(
+            f"'{name}' is not a file in ComfyUI's '{folder}' model folder; only files under models/{folder}/ "
+            f"(or '{BUNDLED}') can be loaded. Put the file there and pick it from the list."
+        )
+    candidates: list[str] = []
     if os.environ.get("INFERIX_MODELS_DIR"):
-        candidates.append(os.path.join(os.environ["INFERIX_MODELS_DIR"], folder, name))
-    candidates.append(name)  # headless: an explicit path
+        root = os.path.join(os.environ["INFERIX_MODELS_DIR"], folder)
+        path = os.path.join(root, name)
+        if _inside(path, [root]):
+            candidates.append(path)
+    candidates.append(name)  # headless: an explicit path the CLI user gave
     for path in candidates:
-        if path and os.path.isfile(path):
+        if os.path.isfile(path):
             return path
     raise MissingFileError(
         f"'{name}' was not found in the '{folder}' model folder. Put the file in models/{folder}/ "
         f"(or $INFERIX_MODELS_DIR/{folder}/ when headless), or choose '{BUNDLED}'."
     )
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    """Whether `path`, normalised (not symlink-resolved: a link the admin put in a model folder is theirs), is under a root."""
+    full = os.path.abspath(path)
+    for root in roots:
+        base = os.path.abspath(root)
+        if os.path.commonpath([full, base]) == base and full != base:
+            return True
+    return False
 
 
 # --- interrupts --------------------------------------------------------------------------------------

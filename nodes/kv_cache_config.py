@@ -100,7 +100,7 @@ class InferixKVCacheConfig(io.ComfyNode):
                     min=0.0,
                     max=1024.0,
                     step=0.5,
-                    tooltip="GPU memory the KV cache may use, in GiB (0 = no limit). Block Denoise "
+                    tooltip="GPU memory the KV cache may use, in GiB (0 = what the GPU has free). Block Denoise "
                     "refuses to start when the cache as configured does not fit, and says "
                     "which change would (shorter window, int8, offload).",
                 ),

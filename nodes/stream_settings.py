@@ -48,14 +48,9 @@ class StreamSettings:
 
 def split_prefix(filename_prefix: str) -> tuple[Path, str]:
     """'inferix/clip' → (<output>/inferix, 'clip'); refuses prefixes that leave the output folder."""
-    root = rt.output_dir().resolve()
-    target = (root / filename_prefix).resolve()
-    if root != target and root not in target.parents:
-        raise ConfigError(
-            f"filename_prefix '{filename_prefix}' points outside the output folder {root}; "
-            "use a relative prefix such as 'inferix/video'"
-        )
-    return target.parent, target.name
+    from inferix_core.sinks.paths import confine_prefix
+
+    return confine_prefix(rt.output_dir(), filename_prefix)
 
 
 def check_prefix(filename_prefix: str | None) -> bool | str:

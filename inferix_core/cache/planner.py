@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -185,6 +187,8 @@ class MemoryPlan:
     message: str  # empty when the request fits as is
     candidates: list[tuple[str, int, bool]] = field(default_factory=list)  # (label, device bytes, fits)
     offload: OffloadEstimate | None = None  # when the planned cache offloads: its per-call copy arithmetic
+    budget_source: str = "explicit"  # or where a default budget came from ("free memory of cuda:0", ...)
+    host: HostMemory | None = None  # frames kept in host memory vs the RAM available (set by `check_host_memory`)
 
     @property
     def feasible(self) -> bool:
@@ -196,9 +200,11 @@ class MemoryPlan:
         return self.weights_bytes + self.activation_bytes + self.vae_bytes + cache
 
     def check(self) -> KVCacheConfig:
-        """The configuration to run with; raises CacheBudgetError when nothing fits."""
+        """The configuration to run with; raises CacheBudgetError when nothing fits (device or host memory)."""
         if self.chosen is None:
             raise CacheBudgetError(self.message)
+        if self.host is not None and not self.host.fits:
+            raise CacheBudgetError(self.host.message)
         return self.chosen
 
     def describe(self) -> str:
@@ -212,15 +218,21 @@ class MemoryPlan:
             rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
         lines = ["Memory plan"] + [f"  {name:<40} {_format_bytes(n):>10}" for name, n in rows]
         lines.append(f"  {'total on the GPU':<40} {_format_bytes(self.total_bytes):>10}")
-        lines.append(f"  {'budget':<40} {_format_bytes(self.budget_bytes) if self.budget_bytes else 'none':>10}")
+        budget = _format_bytes(self.budget_bytes) if self.budget_bytes else "none"
+        source = f" ({self.budget_source})" if self.budget_bytes and self.budget_source != "explicit" else ""
+        lines.append(f"  {'budget':<40} {budget:>10}{source}")
         lines.append(f"  cache: {(self.chosen_cache or self.requested_cache).formula}")
         host = (self.chosen_cache or self.requested_cache).host_bytes
         if host:
             lines.append(f"  pinned host memory for offloaded pages: {_format_bytes(host)}")
         if self.offload is not None:
             lines.append(f"  {self.offload.describe()}")
+        if self.host is not None:
+            lines.append(f"  {self.host.describe()}")
         if self.message:
             lines.append(f"  {self.message}")
+        if self.host is not None and not self.host.fits:
+            lines.append(f"  {self.host.message}")
         if self.chosen is not None and self.chosen != self.requested:
             c = self.chosen
             lines.append(
@@ -247,6 +259,8 @@ class MemoryPlan:
             "message": self.message,
             "candidates": [list(c) for c in self.candidates],
             "offload": None if self.offload is None else self.offload.to_dict(),
+            "budget_source": self.budget_source,
+            "host": None if self.host is None else dataclasses.asdict(self.host),
         }
 
 
@@ -442,3 +456,97 @@ def transformer_weight_bytes(
     linear_weights = 8 * config.dim * config.dim + 2 * config.dim * config.ffn_dim
     block_bytes = (block - linear_weights) * elem + linear_weights * (1 if fp8_block_weights else elem)
     return (config.num_parameters() - layers * block) * elem + on_device * block_bytes
+
+
+# --- default budgets and host memory ------------------------------------------------------------------
+
+
+@dataclass
+class HostMemory:
+    """Host RAM a run needs beside the device plan: the decoded frames it keeps, vs what is available."""
+
+    frame_bytes: int  # one decoded uint8 frame
+    num_frames: int  # video frames the run keeps
+    other_bytes: int  # what else lands in host RAM (everything, on the CPU; pinned offload pages on a GPU)
+    available_bytes: int
+    max_blocks: int  # the most blocks whose frames fit
+    message: str = ""
+
+    @property
+    def needed_bytes(self) -> int:
+        return self.frame_bytes * self.num_frames + self.other_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.available_bytes
+
+    def describe(self) -> str:
+        return (
+            f"host memory: {self.num_frames} decoded frames kept ({_format_bytes(self.frame_bytes * self.num_frames)})"
+            f" + {_format_bytes(self.other_bytes)} of {_format_bytes(self.available_bytes)} available"
+        )
+
+
+def host_available_bytes() -> int:
+    """RAM the OS can hand out now without swapping (MemAvailable), else the free pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return 2**62
+
+
+def available_memory_bytes(device: torch.device | str) -> tuple[int, str]:
+    """(bytes, where from): the default budget when the user gave none. CUDA: free device memory; else host RAM."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(dev)
+        # blocks torch's caching allocator holds but no tensor uses are ours to reuse, not gone
+        cached = (
+            torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev) if torch.cuda.is_initialized() else 0
+        )
+        return int(free + max(0, cached)), f"free memory of {dev}"
+    return host_available_bytes(), "available host RAM"
+
+
+def check_host_memory(
+    plan: MemoryPlan,
+    *,
+    frame_bytes: int,
+    frames_for_blocks: Callable[[int], int],
+    num_blocks: int,
+    other_bytes: int,
+    available_bytes: int,
+) -> HostMemory:
+    """Attach the host-memory side of a run to `plan`: decoded frames kept vs RAM; names the most blocks that fit.
+
+    `frames_for_blocks(n)` is the number of video frames n blocks decode to. Allocates nothing.
+    """
+    lo, hi = 0, num_blocks  # frames grow with blocks: bisect for the largest n that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if frame_bytes * frames_for_blocks(mid) + other_bytes <= available_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    fit = lo
+    host = HostMemory(frame_bytes, frames_for_blocks(num_blocks), other_bytes, available_bytes, fit)
+    if not host.fits:
+        fix = (
+            f"ask for at most {fit} blocks (the cheapest fix), or a smaller width × height"
+            if fit > 0
+            else "lower width × height or the cache settings; not even one block fits"
+        )
+        host.message = (
+            f"the run needs {_format_bytes(host.needed_bytes)} of host memory ({host.num_frames} decoded frames kept, "
+            f"{_format_bytes(host.frame_bytes * host.num_frames)}, + {_format_bytes(other_bytes)}) but only "
+            f"{_format_bytes(available_bytes)} is available: {fix}."
+        )
+    plan.host = host
+    return host

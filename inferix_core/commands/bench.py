@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="GB",
         help="emulate a card of this many GiB (per-process memory cap); block swap is planned to fit it",
     )
-    p.add_argument("--json", type=Path, help="write the full result here")
+    p.add_argument("--json", type=Path, help="write the full result here (a taken name gets the next number)")
+    p.add_argument("--force", action="store_true", help="let --json replace an existing file")
     p.set_defaults(func=run)
 
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_engine_benchmark(cfg)
     print(format_table(result))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.json}")
+        from ..sinks.paths import write_text_output
+
+        print(f"wrote {write_text_output(args.json, json.dumps(result, indent=2), force=args.force)}")
     return 0

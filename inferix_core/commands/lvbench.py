@@ -54,7 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="frame rate of frame folders (sets the ~8 fps sampling of dynamic degree; default 16)",
     )
     p.add_argument("--device", default="cpu", help="torch device for the networks (default cpu)")
-    p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write all results to this JSON file")
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="write all results to this JSON file (a taken name gets the next number)",
+    )
+    p.add_argument("--force", action="store_true", help="let --json replace an existing file")
     p.add_argument("--plot-dir", type=Path, default=None, metavar="DIR", help="write a per-chunk PNG plot per video")
     p.set_defaults(func=run)
 
@@ -94,13 +101,14 @@ def run(args: argparse.Namespace) -> int:
     if any(b.is_proxy for b in backends.values()):
         print("note: *_proxy columns are weight-free stand-ins, not the published LV-Bench/VBench metrics.")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+        from ..sinks.paths import write_text_output
+
         payload = {
             "videos": [r.to_dict() for r in results],
             "mean": mean_scores(results),
             "chunks": args.chunks,
             "weighting": args.weighting,
         }
-        args.json.write_text(json.dumps(payload, indent=2, allow_nan=False), encoding="utf-8")
-        log.info("wrote %s", args.json)
+        written = write_text_output(args.json, json.dumps(payload, indent=2, allow_nan=False), force=args.force)
+        log.info("wrote %s", written)
     return 0

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{how} after {result.num_blocks} blocks ({result.num_frames} frames, {result.seconds:.1f} s)")
     if result.output is not None:
         print(f"video: {result.output}")
-    return 0
+    return 130 if result.interrupted else 0  # Ctrl-C / SIGTERM: the shell convention, after publishing
 
 
 def play(

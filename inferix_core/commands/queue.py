@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from ..workflow import NodeSchema, apply_overrides, is_ui_workflow, load_workflow
-from ..workflow.client import ComfyClient, ProgressEvent, output_files
+from ..workflow.client import ComfyClient, ProgressEvent, ServerError, output_files
 from ..workflow.loader import read_json
 
 log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 3600.0  # every wait is bounded: a stuck or hostile server cannot hold the CLI forever
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"--timeout must be a positive number of seconds, got {text}")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +51,13 @@ def register(subparsers: Any) -> None:
         help="override an input, e.g. --set 3.seed=42 (JSON values parsed)",
     )
     p.add_argument("--output-dir", default="output", help="where downloaded outputs go (default ./%(default)s)")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    p.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="give up waiting for the run after S seconds (default %(default)g); each request has its own 30 s limit",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -73,18 +90,24 @@ def run(args: argparse.Namespace) -> int:
             ws.close()
 
     out_dir = Path(args.output_dir).resolve()
-    files = []
+    files, refused = [], []
     for _node_id, entry in output_files(result.outputs):
-        dest_dir = out_dir if entry.get("type", "output") == "output" else out_dir / str(entry.get("type"))
-        files.append(client.download(entry, dest_dir))
+        kind = entry.get("type") or "output"
+        dest_dir = out_dir if kind == "output" else out_dir / str(kind)  # confined_download_path checks kind
+        try:
+            files.append(client.download(entry, dest_dir))
+        except ServerError as exc:
+            refused.append(str(exc))
     print(f"finished in {time.perf_counter() - start:.1f} s")
     if files:
         print("outputs:")
         for path in files:
             print(f"  {path}")
-    else:
+    elif not refused:
         print("the workflow reported no output files")
-    return 0
+    for message in refused:
+        print(f"error: {message}", file=sys.stderr)
+    return 2 if refused else 0
 
 
 class _ProgressBars:

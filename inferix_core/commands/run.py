@@ -61,10 +61,17 @@ def run(args: argparse.Namespace) -> int:
     output_dir = Path(args.output_dir or os.environ.get(OUTPUT_DIR_ENV) or "output").resolve()
     _tell_pack_output_dir(output_dir)
     start = time.perf_counter()
-    with _graceful_ctrl_c():
-        result = execute(
-            args.workflow, node_classes, output_dir=output_dir, overrides=args.overrides, progress=not args.no_progress
-        )
+    try:
+        with _graceful_ctrl_c():
+            result = execute(
+                args.workflow,
+                node_classes,
+                output_dir=output_dir,
+                overrides=args.overrides,
+                progress=not args.no_progress,
+            )
+    finally:  # the pack's folder is process-wide: a later run or caller in this process must not inherit it
+        _tell_pack_output_dir(None)
     print(f"ran {len(result.order)} node(s) in {time.perf_counter() - start:.1f} s")
     for node_id, ui in result.ui.items():  # what ComfyUI would show on the nodes (reports, plans, tables)
         for text in ui.get("text", []) if isinstance(ui, dict) else []:
@@ -128,34 +135,42 @@ def _load_package(name: str, init_file: Path) -> ModuleType:
     return module
 
 
-def _tell_pack_output_dir(path: Path) -> None:
-    """Point the pack's output folder at `path` (it also reads $INFERIX_OUTPUT_DIR, which execute() sets)."""
+def _tell_pack_output_dir(path: Path | None) -> None:
+    """Point the pack's output folder at `path` (None: back to its default; it also reads $INFERIX_OUTPUT_DIR)."""
     for module_name in (PACK_NAME, f"{PACK_NAME}.comfy_runtime"):
         module = sys.modules.get(module_name)
         setter = getattr(module, "set_output_dir", None)
         if callable(setter):
-            setter(str(path))
+            setter(None if path is None else str(path))
             return
 
 
 @contextmanager
 def _graceful_ctrl_c() -> Iterator[None]:
-    """First Ctrl-C asks the nodes to stop at their next check; a second one aborts at once."""
+    """First Ctrl-C (or SIGTERM) asks the nodes to stop at their next check; a second one aborts at once.
+
+    Either way the sinks close on the way out, so the video so far is published.
+    """
+    from ..stopping import stop_once
+
     pressed = []
 
     def handle(signum: int, frame: Any) -> None:
         if pressed:
-            raise KeyboardInterrupt
+            stop_once(signum, frame)  # raises KeyboardInterrupt once; any later signal is ignored
+            return
         pressed.append(signum)
         print("\nstopping after the current step (Ctrl-C again to abort)", file=sys.stderr)
         request_interrupt()
 
+    previous = {}
     try:
-        previous = signal.signal(signal.SIGINT, handle)
-    except ValueError:  # not the main thread: leave Ctrl-C alone
-        previous = None
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handle)
+    except ValueError:  # not the main thread: leave the signals alone
+        pass
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -326,6 +326,17 @@ def load_world_model(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if path == "bundled":
+        ignored = {
+            "vae_path": vae_path,
+            "text_encoder_path": text_encoder_path,
+            "preview_decoder_path": preview_decoder_path,
+        }
+        given = [f"{k}={v!r}" for k, v in ignored.items() if v not in (None, "", "bundled")]
+        if given:  # a Wan VAE / umT5 cannot decode or condition the toy model: say so rather than ignore it
+            raise ConfigError(
+                f"the bundled model brings its own decoder and text encoder; {', '.join(given)} cannot be used with "
+                "it. Drop --vae/--text-encoder (choose 'bundled'/'none' in the loader), or load a causal Wan checkpoint."
+            )
         if family not in (None, "auto", "bundled"):
             log.warning("family=%s ignored: the bundled model is its own family", family)
         bundled = _load_bundled(dev, dt, attention, fp8, lora)

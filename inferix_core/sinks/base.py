@@ -8,8 +8,11 @@ their files, sockets and queues, and must leave something usable behind when the
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -39,6 +42,34 @@ def to_uint8_frames(frames: Any) -> np.ndarray:
     if array.shape[0] == 0 or array.shape[1] == 0 or array.shape[2] == 0:
         raise ShapeMismatchError(f"sink frames have an empty dimension: shape {tuple(array.shape)}.")
     return np.ascontiguousarray(array)
+
+
+@contextmanager
+def deferred_signals(signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, then deliver them to the handlers that were there.
+
+    Why: publishing an output (truncate, link, unlink) must not be cut in half by a second Ctrl-C, or a
+    partial file is left behind. Outside the main thread (ComfyUI's worker) handlers cannot change; the
+    block then runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {}
+    for signum in signums:
+        previous[signum] = signal.signal(signum, lambda s, f: caught.append(s))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in caught[:1]:  # one delivery is enough to act on
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
 
 
 class FrameSink(ABC):

@@ -39,18 +39,31 @@ DEFAULT_KEY_ACTIONS: dict[str, str] = {
 EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop")
 MAX_PROMPT_CHARS = 4000
 MAX_BODY_BYTES = 64 * 1024
+MAX_QUEUED_EVENTS = 256  # inputs waiting for the next block boundary; beyond this the oldest go (never a stop)
+MAX_CONNECTIONS = 32  # open connections (each holds a thread); more are closed at once
+SOCKET_TIMEOUT_S = 10.0  # a client that sends or reads nothing for this long is dropped
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 _POLL_S = 0.25  # how often streaming handlers look at the stop flag
 
 
 class InputQueue:
-    """Thread-safe, unbounded FIFO of validated input events; nothing is dropped and order is arrival order.
+    """Thread-safe FIFO of validated input events, in arrival order, holding at most ``max_events``.
 
-    Each event gets a ``seq`` number (0, 1, …) so a consumer can check it saw them all.
+    Each event gets a ``seq`` number (0, 1, …) so a consumer can see what it missed. When full, the oldest
+    event goes to make room (an action first, then any but a stop; newest wins): a flood of posts cannot
+    grow memory or push the user's real key presses behind it. ``dropped`` counts what went.
     """
 
-    def __init__(self, actions: set[str] | None = None, controls: ControlSpec | None = None):
+    def __init__(
+        self,
+        actions: set[str] | None = None,
+        controls: ControlSpec | None = None,
+        max_events: int = MAX_QUEUED_EVENTS,
+    ):
         self.actions = set(actions) if actions is not None else set(DEFAULT_KEY_ACTIONS.values())
         self.controls = controls  # keyboard/mouse models: what a "control" event may carry
+        self.max_events = max_events
+        self.dropped = 0
         self._events: deque[dict[str, Any]] = deque()
         self._cond = threading.Condition()
         self._next_seq = 0
@@ -69,8 +82,9 @@ class InputQueue:
                 )
             event["text"] = text
         elif event["type"] == "action":
-            if raw.get("name") not in self.actions:
-                raise ConfigError(f"action {raw.get('name')!r} is not one of {sorted(self.actions)}.")
+            name = raw.get("name")
+            if not isinstance(name, str) or name not in self.actions:
+                raise ConfigError(f"action {str(name)[:80]!r} is not one of {sorted(self.actions)}.")
             event["name"] = raw["name"]
         elif event["type"] == "control":  # {"keys": [...], "mouse": [p, y], "look": [dx, dy]}
             event.update(validate_control_event(raw, self.controls))
@@ -87,9 +101,23 @@ class InputQueue:
             for event in events:
                 event["seq"], event["time_s"] = self._next_seq, time.perf_counter()
                 self._next_seq += 1
+                if len(self._events) >= self.max_events:
+                    self._drop_oldest()
                 self._events.append(event)
             self._cond.notify_all()
         return events
+
+    def _drop_oldest(self) -> None:
+        """Make room for one event (lock held): the oldest action, else the oldest non-stop event."""
+        for wanted in ("action", None):
+            for i, old in enumerate(self._events):
+                if (old["type"] == wanted) if wanted else old["type"] != "stop":
+                    del self._events[i]
+                    self.dropped += 1
+                    if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
+                        logger.warning("live view: input queue full, dropped %d old event(s)", self.dropped)
+                    return
+        self._events.popleft()  # all stops: one is as good as another
 
     def drain(self) -> list[dict[str, Any]]:
         """Everything queued, oldest first (what the session calls at each block boundary)."""
@@ -138,9 +166,17 @@ class _Broadcast:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
+    timeout = SOCKET_TIMEOUT_S  # StreamRequestHandler puts it on the socket: slow clients cannot hold a thread
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("live view: " + format, *args)
+
+    def _host_allowed(self) -> bool:
+        """Refuse (403) a Host header naming anything but this server: DNS rebinding sends the attacker's name."""
+        if self.server.view.host_allowed(self.headers.get("Host")):
+            return True
+        self._send_json(403, {"error": "unexpected Host header; open the live view at its own address"})
+        return False
 
     def _send_bytes(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -154,6 +190,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send_bytes(status, json.dumps(payload).encode(), "application/json")
 
     def do_GET(self) -> None:
+        if not self._host_allowed():
+            return
         path = urlsplit(self.path).path
         try:
             if path in ("/", "/index.html"):
@@ -168,6 +206,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             logger.debug("live view client %s went away", self.client_address)
 
     def do_POST(self) -> None:
+        if not self._host_allowed():
+            return
         if urlsplit(self.path).path != "/input":
             self._send_json(404, {"error": "POST input events to /input"})
             return
@@ -180,15 +220,25 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get_content_type() != "application/json":
             self._send_json(415, {"error": "send input as Content-Type: application/json"})
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            self._send_json(400, {"error": "send the body with a Content-Length, not a Transfer-Encoding"})
+            return
+        raw_length = (self.headers.get("Content-Length") or "0").strip()
+        if not raw_length.isdigit():  # also refuses "-1", which read() would take as "until the peer closes"
+            self.close_connection = True
+            self._send_json(400, {"error": f"Content-Length {raw_length[:40]!r} is not a byte count"})
+            return
+        length = int(raw_length)
         if length > MAX_BODY_BYTES:
+            self.close_connection = True
             self._send_json(413, {"error": f"body of {length} bytes exceeds {MAX_BODY_BYTES}"})
             return
         try:
             body = json.loads(self.rfile.read(length) or b"null")
             events = self.server.view.inputs.put_many(body if isinstance(body, list) else [body])
-        except (ValueError, ConfigError) as error:  # json.JSONDecodeError is a ValueError
-            self._send_json(400, {"error": str(error)})
+        except (ValueError, ConfigError, RecursionError) as error:  # json.JSONDecodeError is a ValueError
+            self._send_json(400, {"error": str(error)[:300]})
             return
         self._send_json(200, {"accepted": len(events), "seq": [e["seq"] for e in events]})
 
@@ -244,8 +294,38 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class _Server(http.server.ThreadingHTTPServer):
+    """One thread per connection, at most MAX_CONNECTIONS of them; the rest are closed unanswered."""
+
     daemon_threads = True  # viewers never keep the process alive
     view: LiveView
+    max_connections = MAX_CONNECTIONS
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            logger.warning("live view: %d connections open; refusing %s", self.max_connections, client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line per broken client (timeouts, resets), not a traceback on the console."""
+        import sys
+
+        logger.debug("live view: client %s: %s", client_address, sys.exc_info()[1])
 
 
 class _Server6(_Server):
@@ -293,6 +373,22 @@ class LiveView(FrameSink):
         self._thread: threading.Thread | None = None
         self._last_write_s: float | None = None
         self._page: str | None = None
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        """Whether a request's Host names this server: its bind address or a loopback name, at its port.
+
+        A wildcard bind (0.0.0.0, ::) was an explicit choice to serve the network, so any name passes there.
+        """
+        if self.host in ("0.0.0.0", "::", ""):
+            return True
+        if not host_header:
+            return False
+        split = urlsplit("//" + host_header.strip())
+        try:
+            name, port = split.hostname, split.port
+        except ValueError:
+            return False
+        return port == self.port and name is not None and name.lower() in {self.host.lower(), *LOCAL_NAMES}
 
     @property
     def url(self) -> str:
@@ -365,7 +461,10 @@ class LiveView(FrameSink):
         with self.hub.cond:
             self.hub.cond.notify_all()
         if self._httpd is not None:
-            self._httpd.shutdown()
+            # shutdown() waits for serve_forever without a limit; wait in a helper so close() is bounded
+            stopper = threading.Thread(target=self._httpd.shutdown, name="inferix-live-view-stop", daemon=True)
+            stopper.start()
+            stopper.join(timeout=5)
             self._httpd.server_close()
             assert self._thread is not None
             self._thread.join(timeout=5)

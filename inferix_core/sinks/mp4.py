@@ -4,12 +4,18 @@ Each block becomes one MP4 fragment that starts with an IDR frame and is on disk
 so a killed process leaves ``name.partial.mp4`` playable up to the last finished block. ``close()`` (also
 run on exceptions and Ctrl-C through the context manager) moves it to its final name, never overwriting.
 Encoding is PyAV's libx264 with ``tune=zerolatency`` (no frame delay); muxing is ``fmp4.py``.
+
+Every stop leaves either no file or a playable one: the file is created only once the first block is
+encoded, a fragment cut short (a full disk, an interrupt inside ``write``) is cut off again at close, and
+publishing runs with SIGINT/SIGTERM deferred.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import weakref
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,10 +23,10 @@ from typing import Any
 import av
 import numpy as np
 
-from inferix_core.errors import BackendUnavailableError, ConfigError, ShapeMismatchError
-from inferix_core.sinks.base import FrameSink, to_uint8_frames
+from inferix_core.errors import BackendUnavailableError, ConfigError, InferixError, ShapeMismatchError
+from inferix_core.sinks.base import FrameSink, deferred_signals, to_uint8_frames
 from inferix_core.sinks.fmp4 import FragmentedMp4Writer, Sample, avcc_from_extradata, to_length_prefixed
-from inferix_core.sinks.paths import partial_path, publish, unique_path
+from inferix_core.sinks.paths import make_output_dir, next_free_path, partial_path, publish, unique_path
 
 logger = logging.getLogger(__name__)
 
@@ -63,20 +69,28 @@ class Mp4Sink(FrameSink):
             )
         self.fps = Fraction(fps).limit_denominator(1001)
         self.crf, self.preset, self.keyframe_every_block = crf, preset, keyframe_every_block
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_output_dir(self.path.parent)
         self.temp_path = partial_path(self.path)
-        try:  # "x": fail rather than share a temp file with another run writing the same name
-            self._file = open(self.temp_path, "xb")  # noqa: SIM115 - closed in close()
-        except FileExistsError as error:
-            raise ConfigError(
-                f"{self.temp_path} exists: another run is writing {self.path.name}, or a killed run left it "
-                "(it is playable; rename it). Pick another output name."
-            ) from error
+        self._check_temp_free()
+        self._file: Any = None  # opened at the first block, so an early stop leaves no empty file
+        self._good_bytes = 0  # file size after the last complete fragment: what close() keeps
         self.frames_written = 0  # frames on disk (flushed), which is what a killed run keeps
         self.frame_shape: tuple[int, int] | None = None  # (H, W) as given, before padding to even
         self._codec: Any = None
         self._writer: FragmentedMp4Writer | None = None
+        self._frame_duration = 0
+        self._padded = (0, 0)
         self._num_encoded = 0
+        self._in_write = False  # set while a block is being encoded/written: an interrupt there leaves it set
+        self._failed = False  # a write failed (disk full): nothing more is appended
+        _OPEN_SINKS.add(self)
+
+    def _check_temp_free(self) -> None:
+        if self.temp_path.exists():
+            raise ConfigError(
+                f"{self.temp_path} exists: another run is writing {self.path.name}, or a killed run left it "
+                "(it is playable; rename it). Pick another output name."
+            )
 
     def _open_encoder(self, height: int, width: int) -> None:
         """Set up libx264 and the MP4 init segment for the first block's size (padded to even)."""
@@ -101,10 +115,31 @@ class Mp4Sink(FrameSink):
         codec.flags |= av.codec.context.Flags.global_header  # SPS/PPS in extradata, for the avcC box
         codec.open()
         self._codec = codec
+        self._frame_duration, self._padded = frame_duration, (padded_w, padded_h)
+
+    def _open_file(self) -> None:
+        """Create the partial file and its init segment (once the first block's packets exist)."""
+        for _ in range(100):  # "x": never share a temp file with another run that took the name meanwhile
+            try:
+                self._file = open(self.temp_path, "xb")  # noqa: SIM115 - closed in close()
+                break
+            except FileExistsError:
+                taken = self.path
+                self.path = next_free_path(self.path)
+                self.temp_path = partial_path(self.path)
+                logger.info("%s is being written by another run; writing %s instead", taken.name, self.path.name)
+        else:  # pragma: no cover - a hundred concurrent writers of one name
+            raise ConfigError(f"no free output name next to {self.path}; pick another filename_prefix")
+        timescale = self.fps.numerator * 1000
         self._writer = FragmentedMp4Writer(
-            self._file, padded_w, padded_h, timescale, frame_duration, avcc_from_extradata(bytes(codec.extradata))
+            self._file,
+            *self._padded,
+            timescale,
+            self._frame_duration,
+            avcc_from_extradata(bytes(self._codec.extradata)),
         )
         self._writer.write_init()
+        self._good_bytes = self._file.tell()
 
     def _samples(self, packets: list[Any]) -> list[Sample]:
         return [Sample(to_length_prefixed(bytes(p)), bool(p.is_keyframe)) for p in packets]
@@ -113,9 +148,12 @@ class Mp4Sink(FrameSink):
         """Encode one block and append it to the file as a flushed fragment."""
         if self.closed:
             raise ConfigError(f"Mp4Sink for {self.path} is closed; create a new sink for a new run.")
+        if self._failed:
+            raise InferixError(f"{self.temp_path.name} could not be written earlier; this sink takes no more blocks")
         array = to_uint8_frames(frames)  # (T, H, W, 3)
         height, width = array.shape[1:3]
-        if self._writer is None:
+        self._in_write = True
+        if self._codec is None:
             self._open_encoder(height, width)
         elif (height, width) != self.frame_shape:
             raise ShapeMismatchError(
@@ -127,28 +165,86 @@ class Mp4Sink(FrameSink):
         packets = []
         for t, rgb in enumerate(array):
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
-            frame.pts = self._num_encoded * self._writer.frame_duration
+            frame.pts = self._num_encoded * self._frame_duration
             if t == 0 and self.keyframe_every_block:
                 frame.pict_type = av.video.frame.PictureType.I
             packets.extend(self._codec.encode(frame))
             self._num_encoded += 1
-        self._writer.write_fragment(self._samples(packets))
+        self._append(packets)
+        self._in_write = False
+
+    def _append(self, packets: list[Any]) -> None:
+        """Write one fragment (creating the file first if needed); a failed write keeps what was complete."""
+        try:
+            if self._file is None:
+                self._open_file()
+            assert self._writer is not None
+            if self._file.tell() != self._good_bytes:  # an earlier write was cut short: drop its bytes
+                self._file.seek(self._good_bytes)
+                self._file.truncate()
+            self._writer.write_fragment(self._samples(packets))
+        except OSError as error:  # ENOSPC, EFBIG (RLIMIT_FSIZE), EIO: the last fragment is cut off at close
+            self._failed = True
+            raise InferixError(
+                f"could not write {self.temp_path.name} ({error.strerror or error}); the disk may be full. "
+                f"The {self.frames_written} frames already written are kept as a playable file."
+            ) from None
         self.frames_written = self._writer.num_samples
+        self._good_bytes = self._file.tell()
 
     def close(self) -> None:
-        """Drain the encoder, close the file and move it to its final name (kept even after an error)."""
+        """Drain the encoder, close the file and move it to its final name (kept even after an error).
+
+        What stays is either nothing (no complete block) or a file of whole fragments under its final
+        name; SIGINT/SIGTERM wait until that is settled.
+        """
         if self.closed:
             return
         self.closed = True
-        try:
-            if self._codec is not None and self._writer is not None:
-                self._writer.write_fragment(self._samples(list(self._codec.encode(None))))
-                self.frames_written = self._writer.num_samples
-        finally:
+        _OPEN_SINKS.discard(self)
+        with deferred_signals():
+            try:
+                # the encoder's tail only belongs after a block that was written whole
+                if self._codec is not None and self._file is not None and not (self._failed or self._in_write):
+                    packets = list(self._codec.encode(None))
+                    if packets:
+                        self._append(packets)
+            except InferixError as error:
+                logger.warning("%s", error)
+            finally:
+                self._settle()
+
+    def _settle(self) -> None:
+        """Cut the file back to its last complete fragment, then publish it or remove it."""
+        if self._file is None:
+            return
+        with contextlib.suppress(OSError):  # a full disk makes the buffered tail fail once more
             self._file.close()
-            if self.frames_written == 0:
+        if self.frames_written == 0:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.temp_path)
-                logger.info("no frames were written; removed %s", self.temp_path)
-            else:
-                self.path = publish(self.temp_path, self.path)
-                logger.info("wrote %d frames to %s", self.frames_written, self.path)
+            logger.info("no frames were written; removed %s", self.temp_path)
+            return
+        try:
+            if self.temp_path.stat().st_size != self._good_bytes:
+                os.truncate(self.temp_path, self._good_bytes)
+                logger.warning("cut %s back to its last complete block", self.temp_path.name)
+            self.path = publish(self.temp_path, self.path)
+        except OSError as error:
+            logger.error("could not publish %s (%s); removed it rather than leave a partial file", self.path, error)
+            with contextlib.suppress(OSError):
+                os.unlink(self.temp_path)
+            return
+        logger.info("wrote %d frames to %s", self.frames_written, self.path)
+
+
+_OPEN_SINKS: weakref.WeakSet[Mp4Sink] = weakref.WeakSet()
+
+
+def close_open_sinks() -> None:
+    """Close every Mp4Sink still open (the CLI calls this on its way out, e.g. after a second Ctrl-C)."""
+    for sink in list(_OPEN_SINKS):
+        try:
+            sink.close()
+        except Exception as error:  # keep closing the others
+            logger.error("closing %s failed: %s", sink.path, error)

@@ -252,7 +252,7 @@ class UMT5TextEncoder:
         """Load a single weights file; the tokenizer comes from the file's `spiece_model` unless given."""
         transformers = _require_transformers()
         path, dtype = Path(path), dtype or _default_dtype(device)
-        raw = read_state_dict(path)
+        raw = read_state_dict(path, expected="umT5 text encoder")
         sd, layout = to_hf_layout(raw, path.name)
         embedded = next((k for k in raw if _is_tokenizer_key(k)), None)  # `spiece_model`, possibly prefixed
         if tokenizer is not None:

@@ -102,5 +102,5 @@ def to_canonical(sd: Mapping[str, Tensor], source: str = "state dict") -> tuple[
 
 def load_vae_state_dict(path: str | Path) -> tuple[dict[str, Tensor], str]:
     """Read a VAE file and convert it to canonical keys; returns (state dict, layout name)."""
-    sd = read_state_dict(path)
+    sd = read_state_dict(path, expected="Wan 2.1 VAE")
     return to_canonical(sd, source=Path(path).name)

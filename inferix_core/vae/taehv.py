@@ -229,7 +229,7 @@ class TAEHV(nn.Module):
     def from_file(
         cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
     ) -> TAEHV:
-        model = cls.from_state_dict(read_state_dict(path), source=Path(path).name)
+        model = cls.from_state_dict(read_state_dict(path, expected="TAEHV preview decoder"), source=Path(path).name)
         logger.info("loaded TAEHV preview decoder from %s (%s)", path, model.config)
         return model.to(device=device, dtype=dtype).eval()
 

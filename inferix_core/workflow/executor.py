@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GenerationInterruptedError, InferixError, WorkflowError
+from ..sinks.paths import make_output_dir, publish_mark, published_since
 from .loader import Workflow, as_schemas, load_workflow
 from .overrides import apply_overrides
 from .progress import NullProgress, TqdmProgress, check_interrupt, clear_interrupt, use_progress
@@ -87,9 +88,8 @@ def execute(
     wf = validate(wf, node_classes)
     schemas = as_schemas({k: v for k, v in node_classes.items() if k in used})
     order = execution_order(wf, output_nodes(wf, schemas))
-    out_dir = Path(output_dir or os.environ.get(OUTPUT_DIR_ENV) or "output").resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = _list_files(out_dir)
+    out_dir = make_output_dir(Path(output_dir or os.environ.get(OUTPUT_DIR_ENV) or "output").resolve())
+    mark = publish_mark()
     result = ExecutionResult(order=order)
     clear_interrupt()
     log.info("running %d node(s): %s", len(order), ", ".join(f"{n}:{wf[n]['class_type']}" for n in order))
@@ -117,8 +117,10 @@ def execute(
             if bar is not None:
                 bar.update(1)
 
+    # what the output nodes reported, then what this process published meanwhile (frame folders): never a
+    # file another run wrote into the same folder, nor the temp previews
     result.files = _reported_files(result.ui, out_dir)
-    result.files += sorted(p for p in _list_files(out_dir) - before if p not in result.files)
+    result.files += [p for p in published_since(mark) if p not in result.files and out_dir in p.resolve().parents]
     return result
 
 
@@ -196,10 +198,6 @@ def _environment(name: str, value: str) -> Iterator[None]:
             os.environ[name] = previous
 
 
-def _list_files(root: Path) -> set[Path]:
-    return {p for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
-
-
 def _reported_files(ui: Mapping[str, Mapping[str, Any]], out_dir: Path) -> list[Path]:
     """Paths of the files named in `ui` dicts ({'images': [{'filename', 'subfolder', 'type'}], ...})."""
     files: list[Path] = []
@@ -208,6 +206,8 @@ def _reported_files(ui: Mapping[str, Mapping[str, Any]], out_dir: Path) -> list[
             continue
         for entry in entries:
             if isinstance(entry, Mapping) and "filename" in entry:
+                if (entry.get("type") or "output") != "output":
+                    continue  # previews in the temp folder are not outputs
                 path = out_dir / str(entry.get("subfolder") or "") / str(entry["filename"])
             elif isinstance(entry, str) and os.path.isabs(entry):
                 path = Path(entry)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import MissingFileError, WorkflowError
 from .schema import NodeSchema
-from .ui_format import EXPORT_HINT, convert_ui_workflow, is_ui_workflow
+from .ui_format import EXPORT_HINT, check_ui_shape, convert_ui_workflow, is_ui_workflow
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ def load_workflow(
     if not isinstance(data, Mapping):
         raise WorkflowError(f"a workflow must be a JSON object, got {type(data).__name__}")
     if is_ui_workflow(data):
-        types = {n.get("type") for n in data["nodes"] if isinstance(n, Mapping)}
+        check_ui_shape(data)
+        types = {n["type"] for n in data["nodes"]}
         schemas = {}
         if node_definitions:
             schemas = as_schemas({k: v for k, v in node_definitions.items() if k in types})
@@ -71,7 +72,13 @@ def load_workflow(
                 "this is a UI-format workflow (it has 'nodes' and 'links'); it can only be "
                 "converted when its node definitions are known. " + EXPORT_HINT
             )
-        return convert_ui_workflow(data, schemas)
+        try:
+            return convert_ui_workflow(data, schemas)
+        except (TypeError, KeyError, AttributeError, ValueError, IndexError, RecursionError) as exc:
+            # a shape check_ui_shape does not cover (links, reroute chains): still one line, not a traceback
+            raise WorkflowError(
+                f"the UI-format workflow is malformed ({type(exc).__name__}: {str(exc)[:120]}). {EXPORT_HINT}"
+            ) from None
     if "prompt" in data and isinstance(data["prompt"], Mapping):
         data = data["prompt"]  # the body of a POST /prompt request
     return _check_api_shape(dict(data))

@@ -43,6 +43,38 @@ def is_ui_workflow(data: Any) -> bool:
     return isinstance(data, Mapping) and isinstance(data.get("nodes"), list) and isinstance(data.get("links"), list)
 
 
+def check_ui_shape(ui: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming the node, a UI-format file whose nodes are not shaped as the editor saves them.
+
+    Hand-edited or generated files put ints where slot objects belong, lists where type names do, and so
+    on; the conversion below may then assume the shape it reads.
+    """
+    for index, node in enumerate(ui["nodes"]):
+        where = f"UI-format workflow node #{index}"
+        if not isinstance(node, Mapping):
+            raise WorkflowError(f"{where} is a {type(node).__name__}, not an object. {EXPORT_HINT}")
+        if not isinstance(node.get("id"), (int, str)) or isinstance(node.get("id"), bool):
+            raise WorkflowError(f"{where} has no integer or string 'id'. {EXPORT_HINT}")
+        where = f"UI-format workflow node {node['id']}"
+        if not isinstance(node.get("type"), str):
+            raise WorkflowError(f"{where}: 'type' must be a node type name, got {type(node.get('type')).__name__}")
+        for key in ("inputs", "outputs"):
+            slots = node.get(key)
+            if slots is None:
+                continue
+            if not isinstance(slots, list) or not all(isinstance(slot, Mapping) for slot in slots):
+                raise WorkflowError(
+                    f"{where}: '{key}' must be a list of slot objects ({{name, type, link}}). {EXPORT_HINT}"
+                )
+            for slot in slots:
+                if not isinstance(slot.get("name", ""), str) or isinstance(slot.get("link"), (list, dict, bool, float)):
+                    raise WorkflowError(f"{where}: a slot in '{key}' has a malformed name or link. {EXPORT_HINT}")
+        if not isinstance(node.get("widgets_values"), (list, dict, type(None))):
+            raise WorkflowError(f"{where}: 'widgets_values' must be a list. {EXPORT_HINT}")
+        if not isinstance(node.get("mode", 0), int):
+            raise WorkflowError(f"{where}: 'mode' must be an integer")
+
+
 def convert_ui_workflow(ui: Mapping[str, Any], schemas: Mapping[str, NodeSchema]) -> dict[str, dict[str, Any]]:
     """Return the API-format equivalent of a UI-format workflow.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,31 +314,35 @@ def _run_validator(node_class: Any, schema: NodeSchema, inputs: Mapping[str, Any
 
 
 def find_cycle(workflow: Workflow, among: set[str]) -> list[str] | None:
-    """A dependency cycle as [a, b, ..., a], or None."""
+    """A dependency cycle as [a, b, ..., a], or None.
+
+    Iterative depth-first search (an explicit stack, not recursion): a chain of thousands of nodes is a
+    valid workflow and must not hit Python's recursion limit.
+    """
     color: dict[str, int] = {}  # 1 on the current path, 2 done
-    path: list[str] = []
 
-    def visit(nid: str) -> list[str] | None:
-        color[nid] = 1
-        path.append(nid)
+    def links(nid: str) -> Iterator[str]:
         for v in workflow[nid]["inputs"].values():
-            if not is_link(v) or v[0] not in workflow or v[0] not in among:
-                continue
-            if color.get(v[0]) == 1:
-                return [*path[path.index(v[0]) :], v[0]]
-            if v[0] not in color:
-                found = visit(v[0])
-                if found:
-                    return found
-        path.pop()
-        color[nid] = 2
-        return None
+            if is_link(v) and v[0] in workflow and v[0] in among:
+                yield v[0]
 
-    for nid in sorted(among, key=_id_sort_key):
-        if nid not in color:
-            found = visit(nid)
-            if found:
-                return found
+    for root in sorted(among, key=_id_sort_key):
+        if root in color:
+            continue
+        path = [root]
+        stack = [links(root)]
+        color[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                color[path.pop()] = 2
+                stack.pop()
+            elif color.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in color:
+                color[nxt] = 1
+                path.append(nxt)
+                stack.append(links(nxt))
     return None
 
 

@@ -120,7 +120,7 @@ def test_input_arrives_in_order_without_loss() -> None:
 
 
 def test_input_queue_concurrent_producers_lose_nothing() -> None:
-    queue = InputQueue()
+    queue = InputQueue(max_events=1000)  # below its bound nothing is dropped
     threads = [
         threading.Thread(target=lambda t=t: [queue.put({"type": "prompt", "text": f"{t}-{i}"}) for i in range(200)])
         for t in range(4)

@@ -18,11 +18,18 @@ def test_pack_loads_and_schemas_parse():
 
 def test_ui_workflows_convert_to_their_api_twins():
     """Each workflows/X.json (editor format) converts to exactly workflows/X_api.json."""
+    import importlib.util
     from pathlib import Path
 
     from inferix_core.workflow import load_workflow
 
-    classes = load_node_classes()
+    spec = importlib.util.spec_from_file_location(
+        "workflows_build", Path(__file__).parents[2] / "workflows" / "build.py"
+    )
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    # the pack's nodes, plus the interfaces of the core nodes (Load Image, Load CLIP Vision) some workflows use
+    classes = {**load_node_classes(), **build.CORE_NODE_CLASSES}
     pairs = [
         (p, p.with_name(p.stem + "_api.json"))
         for p in Path(__file__).parents[2].glob("workflows/*.json")

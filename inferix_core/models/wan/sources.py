@@ -126,7 +126,7 @@ def _load_torch(path: Path, containers: Sequence[str]) -> DictSource:
             + " that would have to be executed to load it; we only load tensors and never run pickled code. "
             "Re-save just the state dict (a dict of tensors), or convert the file to safetensors."
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
+    except Exception as e:  # torch raises many types for damaged archives
         raise CheckpointLayoutError(
             f"'{path.name}' could not be read as a torch checkpoint ({str(e).splitlines()[0]}); it is "
             f"probably truncated or corrupt (compare its size with the download)."
@@ -170,9 +170,19 @@ def _diffusers_shards(folder: Path) -> list[Path]:
     if indices:
         try:
             weight_map = json.loads(indices[0].read_text()).get("weight_map", {})
-        except (ValueError, AttributeError) as e:
-            raise CheckpointLayoutError(f"'{indices[0].name}' is not a valid shard index ({e})") from None
-        return [_shard_path(folder, name, indices[0]) for name in sorted(set(map(str, weight_map.values())))]
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            raise CheckpointLayoutError(f"'{indices[0].name}' is not a JSON shard index with a weight_map") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointLayoutError(f"'{indices[0].name}': weight_map must map tensor names to file names")
+        shards = []
+        for name in sorted(set(weight_map.values())):
+            shard = folder / name
+            if Path(name).is_absolute() or Path(name).name != name or name in (".", ".."):
+                raise CheckpointLayoutError(
+                    f"'{indices[0].name}' names shard '{name}' outside its folder; shards must be files beside the index"
+                )
+            shards.append(shard)
+        return shards
     files = sorted(folder.glob("*.safetensors"))
     if len(files) != 1:
         raise MissingFileError(
@@ -207,8 +217,12 @@ def open_tensor_source(path: Path, containers: Sequence[str] = ()) -> TensorSour
     if head[8:9] == b"{" and head[:4] != b"PK\x03\x04":  # safetensors: u64 header length, then the JSON header
         return SafetensorsSource([path])
     if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch zip / legacy pickle
+        if path.suffix == ".safetensors":  # torch.load would hand it to safetensors by its name
+            from ...tensors import _MISNAMED
+
+            raise CheckpointLayoutError(_MISNAMED.format(name=path.name, expected="transformer checkpoint"))
         return _load_torch(path, containers)
-    raise CheckpointLayoutError(
-        f"'{path.name}' is neither a safetensors file nor a torch checkpoint (first bytes {head[:8]!r}); "
+    raise CheckpointLayoutError(  # never quote the bytes: the file may be anything (a /prompt client chose it)
+        f"'{path.name}' is neither a safetensors file nor a torch checkpoint; "
         "it may be corrupt, or a GGUF/other format we don't read."
     )
