@@ -310,6 +310,9 @@ def _build_reference(ref: Path, variant: str, device, dtype, smoke: bool):
     torch.manual_seed(0)
     with device, contextlib.redirect_stdout(io.StringIO()):
         generator = wrapper.WanDiffusionWrapper(model_config=copy.deepcopy(cfg), timestep_shift=5.0, is_causal=True)
+    # outside the device context, as their inference.py builds it: its step table mixes a .cpu() tensor with a
+    # new torch.tensor, which a CUDA default device would put on the GPU
+    with contextlib.redirect_stdout(io.StringIO()):
         pipe = causal_inference.CausalInferencePipeline(args, device=device, generator=generator,
                                                         vae_decoder=_LatentsAsVideo())  # fmt: skip
     if smoke:
