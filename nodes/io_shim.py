@@ -124,6 +124,8 @@ Mask = _comfytype("MASK", "Mask")
 Latent = _comfytype("LATENT", "Latent")
 Conditioning = _comfytype("CONDITIONING", "Conditioning")
 Vae = _comfytype("VAE", "Vae")
+Model = _comfytype("MODEL", "Model")
+Video = _comfytype("VIDEO", "Video")
 Combo = type(
     "Combo", (), {"io_type": "COMBO", "Input": _ComboInput, "Output": type("Output", (Output,), {"io_type": "COMBO"})}
 )

@@ -1,4 +1,4 @@
-"""Every `workflows/*_api.json` is queued on a real ComfyUI and run headless; both give the same outputs.
+"""Every `workflows/api/*_api.json` is queued on a real ComfyUI and run headless; both give the same outputs.
 
 Issue #6: "`inferix queue` runs every API workflow against a real ComfyUI server; `inferix run` runs the
 same files with no server, producing the same outputs for the same seed". Workflows that name real model
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-WORKFLOWS = sorted((REPO / "workflows").glob("*_api.json"))
+WORKFLOWS = sorted((REPO / "workflows" / "api").glob("*_api.json"))
 SEED = 31337  # not the files' own seed, so the server's cache cannot answer from another test's run
 SIZE = 64  # px, width and height of every shrunk run
 NUM_BLOCKS = 2  # for runs sized by blocks (seconds = 0)

@@ -1,4 +1,4 @@
-"""Each shipped workflow: the UI file and its API twin describe the same graph, and both validate."""
+"""Each shipped workflow: the UI file (a template card) and its API twin describe the same graph, and both validate."""
 
 from __future__ import annotations
 
@@ -7,9 +7,20 @@ from pathlib import Path
 
 import pytest
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-API_FILES = sorted(WORKFLOWS.glob("*_api.json"))
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = REPO / "workflows"
+CARDS = REPO / "example_workflows"  # what ComfyUI shows as the pack's templates: UI format only
+API_FILES = sorted((WORKFLOWS / "api").glob("*_api.json"))
 USE_CASES = {"quickstart", "self_forcing_t2v", "long_video", "interactive", "low_vram", "lvbench_score"}
+# folders ComfyUI scans for a pack's templates (app/custom_node_manager.py, v0.3.64 and v0.27)
+SCANNED = ("example_workflows", "example", "examples", "workflow", "workflows")
+
+
+def ui_twin(api_file: Path) -> Path:
+    """The template card whose `extra.inferix.api` names this API file."""
+    cards = [p for p in CARDS.glob("*.json") if json.loads(p.read_text())["extra"]["inferix"]["api"] == api_file.name]
+    assert len(cards) == 1, f"{api_file.name}: {len(cards)} UI twins in example_workflows/"
+    return cards[0]
 
 
 def graph(workflow: dict) -> dict:
@@ -17,15 +28,26 @@ def graph(workflow: dict) -> dict:
 
 
 def test_every_use_case_ships_both_formats():
-    assert {p.name.removesuffix("_api.json") for p in API_FILES} == USE_CASES
-    for name in USE_CASES:
-        assert (WORKFLOWS / f"{name}.json").is_file()
+    assert {p.name.removesuffix("_api.json") for p in API_FILES} >= USE_CASES
+    assert len(list(CARDS.glob("*.json"))) == len(API_FILES)
+    for api_file in API_FILES:
+        ui_twin(api_file)
+
+
+def test_template_folders_hold_ui_workflows_only():
+    """No API-format file where ComfyUI would show it as a template card (it would open an empty graph)."""
+    for folder in SCANNED:
+        for path in (REPO / folder).glob("*.json"):
+            workflow = json.loads(path.read_text())
+            assert "nodes" in workflow and "links" in workflow, f"{path.relative_to(REPO)} is not a UI workflow"
+            assert folder == "example_workflows", f"{path.relative_to(REPO)}: UI workflows go to example_workflows/"
+            assert path.stem.startswith("Inferix ") and workflow["extra"]["inferix"]["title"]  # the card's title
 
 
 @pytest.fixture
 def downloaded_models(tmp_path, monkeypatch):
     """Empty stand-ins for every file the workflows' download hints name, in $INFERIX_MODELS_DIR."""
-    for ui_file in WORKFLOWS.glob("*.json"):
+    for ui_file in CARDS.glob("*.json"):
         for node in json.loads(ui_file.read_text()).get("nodes", []):
             for model in node.get("properties", {}).get("models", []):
                 path = tmp_path / model["directory"] / model["name"]
@@ -39,15 +61,14 @@ def test_ui_and_api_twins_match_and_validate(api_file, node_classes, downloaded_
     from inferix_core.workflow import load_workflow, validate
 
     api = json.loads(api_file.read_text())
-    ui_file = api_file.with_name(api_file.name.replace("_api.json", ".json"))
-    assert graph(load_workflow(ui_file, node_classes)) == graph(api)
+    assert graph(load_workflow(ui_twin(api_file), node_classes)) == graph(api)
     validate(api, node_classes)
     assert any(node_classes[n["class_type"]].OUTPUT_NODE for n in api.values())
 
 
 @pytest.mark.parametrize("api_file", API_FILES, ids=lambda p: p.stem)
 def test_ui_files_carry_download_hints(api_file):
-    ui = json.loads(api_file.with_name(api_file.name.replace("_api.json", ".json")).read_text())
+    ui = json.loads(ui_twin(api_file).read_text())
     for node in ui["nodes"]:
         for model in node.get("properties", {}).get("models", []):
             assert model["url"].startswith("https://") and model["url"].endswith(model["name"])
@@ -67,7 +88,8 @@ def test_workflows_are_up_to_date(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("workflows_build", WORKFLOWS / "build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    monkeypatch.setattr(build, "HERE", tmp_path)
-    build.main()
-    for produced in tmp_path.glob("*.json"):
-        assert produced.read_text() == (WORKFLOWS / produced.name).read_text(), produced.name
+    build.main(ui_dir=tmp_path / "ui", api_dir=tmp_path / "api")
+    for produced, committed in ((tmp_path / "ui", CARDS), (tmp_path / "api", WORKFLOWS / "api")):
+        assert sorted(p.name for p in produced.glob("*.json")) == sorted(p.name for p in committed.glob("*.json"))
+        for path in produced.glob("*.json"):
+            assert path.read_text() == (committed / path.name).read_text(), path.name
