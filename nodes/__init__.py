@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import comfy_runtime
 from .block_denoise import InferixBlockDenoise
 from .compat import HAVE_COMFY_API
+from .core_model import InferixWorldModelFromCoreModel
 from .kv_cache_config import InferixKVCacheConfig
 from .load_world_model import InferixLoadWorldModel
 from .lvbench_prompts import InferixLVBenchPrompts
@@ -23,6 +24,7 @@ comfy_runtime.register_model_folders()
 
 NODES = [
     InferixLoadWorldModel,
+    InferixWorldModelFromCoreModel,
     InferixKVCacheConfig,
     InferixPromptSchedule,
     InferixLVBenchPrompts,

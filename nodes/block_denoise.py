@@ -263,6 +263,7 @@ class InferixBlockDenoise(io.ComfyNode):
         )
         log.info("%s", plan.describe())
         check_plan(plan)
+        rt.ensure_loaded(world_model, plan.total_bytes - plan.weights_bytes)  # ComfyUI makes room, reloads if evicted
         text = (
             prompt_schedule
             if prompt_schedule is not None
