@@ -155,7 +155,7 @@ def patched_weights(patcher: Any, dtype: Any) -> dict[str, Any]:
 def world_model_from_core(
     patcher: Any,
     family: str,
-    core_vae: Any,
+    core_vae: Any,  # a core VAE, or the path of a VAE file
     text_encoder_path: str | None = None,
     dtype: str = "auto",
     attention: str = "sdpa",
@@ -179,7 +179,7 @@ def world_model_from_core(
         source=f"core MODEL ({type(patcher.model).__name__})",
         num_heads=getattr(inner, "num_heads", None),
         text_len=int(getattr(inner, "text_len", 512)),
-        vae=wan_vae_from_core(core_vae, device=device),
+        vae=_vae(core_vae, device, dt),
         text_encoder_path=text_encoder_path,
         dtype=dt,
         device=device,
@@ -194,6 +194,15 @@ def world_model_from_core(
         )
         model = dataclasses.replace(model, sampling=dataclasses.replace(model.sampling, shift=shift))
     return rt.register_world_model(model)
+
+
+def _vae(vae: Any, device: Any, dtype: Any) -> Any:
+    """Our streaming Wan VAE from a file path (as Inferix Load World Model loads it) or a core VAE's weights."""
+    if isinstance(vae, str):
+        from inferix_core.models.registry import _load_vae
+
+        return _load_vae(vae, device, dtype)
+    return wan_vae_from_core(vae, device=device)
 
 
 def _text_encoders() -> list[str]:
@@ -215,7 +224,12 @@ class InferixWorldModelFromCoreModel(io.ComfyNode):
             "that change the forward.",
             inputs=[
                 io.Model.Input("model", tooltip="A core Wan 2.1 MODEL whose weights are a causal checkpoint."),
-                io.Vae.Input("vae", tooltip="A core Wan 2.1 VAE (Load VAE), copied into the streaming decoder."),
+                io.Combo.Input(
+                    "vae_name",
+                    options=[NONE, *rt.model_choices("vae")],
+                    default=NONE,
+                    tooltip="A Wan 2.1 VAE file from models/vae; or 'none' and connect a core VAE below.",
+                ),
                 io.Combo.Input(
                     "family",
                     options=_families(),
@@ -236,6 +250,12 @@ class InferixWorldModelFromCoreModel(io.ComfyNode):
                     tooltip="Compute precision of the copy: 'auto' = bf16 on GPUs, else fp32.",
                 ),
                 io.Combo.Input("attention", options=attention_backends(), default="sdpa", tooltip="Attention kernel."),
+                io.Vae.Input(
+                    "vae",
+                    optional=True,
+                    tooltip="A core Wan 2.1 VAE (Load VAE), copied into the streaming decoder; used when "
+                    "vae_name is 'none'.",
+                ),
                 io.Boolean.Input("fp8", default=False, optional=True, tooltip="FP8 block linears (as the loader's)."),
                 io.Boolean.Input(
                     "compile", default=False, optional=True, tooltip="torch.compile each block (as the loader's)."
@@ -248,14 +268,19 @@ class InferixWorldModelFromCoreModel(io.ComfyNode):
     def execute(
         cls,
         model: Any,
-        vae: Any,
+        vae_name: str,
         family: str,
         text_encoder: str,
         dtype: str,
         attention: str,
+        vae: Any = None,
         fp8: bool = False,
         compile: bool = False,
     ) -> io.NodeOutput:
+        if vae_name != NONE:
+            vae = rt.resolve_model_file("vae", vae_name)
+        elif vae is None:
+            raise ConfigError("connect a core VAE (Load VAE, Wan 2.1) or choose a vae_name from models/vae")
         path = None if text_encoder == NONE else rt.resolve_model_file("text_encoders", text_encoder)
         world_model = world_model_from_core(model, family, vae, path, dtype, attention, bool(fp8), bool(compile))
         summary = world_model.describe()

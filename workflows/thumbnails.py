@@ -1,0 +1,90 @@
+"""Render the template cards' thumbnails from real output: each workflow run headless on the bundled model.
+
+ComfyUI's Templates dialog shows `example_workflows/<card>.jpg` beside `<card>.json` (the front end asks
+for `/api/workflow_templates/<pack>/<card>.jpg`). For each card this runs the nodes its Block Denoise
+depends on, with Inferix Load World Model switched to the bundled model (the Self-Forcing weights are not
+in the repository, so those cards show the bundled world under the workflow's own schedules and cache
+settings), and tiles four of the generated frames, first to last, into a 512×512 JPEG.
+
+    python workflows/thumbnails.py            # all cards; about a minute on 2 CPU cores
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+HERE = Path(__file__).resolve().parent
+UI_DIR = HERE.parent / "example_workflows"
+API_DIR = HERE / "api"
+SIZE = 512  # px, the thumbnail's side
+TILES = 2  # frames per side
+MAX_BLOCKS = 6  # enough motion to see, quick on a CPU (runs sized in seconds keep their length)
+
+
+def upstream(workflow: dict[str, Any], node_id: str) -> dict[str, Any]:
+    """The node and every node it depends on (links are [source id, output index])."""
+    keep, todo = {}, [node_id]
+    while todo:
+        nid = todo.pop()
+        if nid in keep:
+            continue
+        keep[nid] = workflow[nid]
+        todo += [v[0] for v in workflow[nid]["inputs"].values() if isinstance(v, list) and len(v) == 2]
+    return keep
+
+
+def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
+    """uint8 frames [T, H, W, 3] of the workflow's Block Denoise, run on the bundled model."""
+    from inferix_core.workflow import execute
+
+    [denoise] = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"]
+    graph = json.loads(json.dumps(upstream(api, denoise)))
+    for node in graph.values():
+        inputs = node["inputs"]
+        if node["class_type"] == "InferixLoadWorldModel":
+            inputs |= {"model": "bundled", "vae": "bundled", "text_encoder": "bundled", "preview_decoder": "none"}
+            inputs |= {"device": "cpu", "dtype": "fp32", "fp8": False, "compile": False}
+        elif node["class_type"] == "InferixBlockDenoise":
+            inputs |= {"width": 64, "height": 64, "num_blocks": min(int(inputs["num_blocks"]), MAX_BLOCKS)}
+            # seconds (when set) stay: the prompt schedules reach that far
+            inputs.pop("stream", None)  # nothing written to output/
+    graph["thumbnail_report"] = {"class_type": "InferixProfileReport", "inputs": {"video": [denoise, 2]}}  # an output
+    result = execute(graph, node_classes, progress=False)
+    return (result.outputs[denoise][1].clamp(0, 1) * 255).round().byte().numpy()
+
+
+def tile(frames: Any) -> Any:
+    """TILES×TILES frames, evenly spaced first to last, as one SIZE×SIZE PIL image."""
+    from PIL import Image
+
+    count = TILES * TILES
+    picks = [round(i * (len(frames) - 1) / (count - 1)) for i in range(count)]
+    cell = SIZE // TILES
+    sheet = Image.new("RGB", (SIZE, SIZE))
+    for i, index in enumerate(picks):
+        image = Image.fromarray(frames[index]).resize((cell, cell), Image.Resampling.BICUBIC)
+        sheet.paste(image, ((i % TILES) * cell, (i // TILES) * cell))
+    return sheet
+
+
+def main(ui_dir: Path = UI_DIR, api_dir: Path = API_DIR) -> list[Path]:
+    from inferix_nodes import NODE_CLASS_MAPPINGS
+
+    written = []
+    for card in sorted(ui_dir.glob("*.json")):
+        api_name = json.loads(card.read_text())["extra"]["inferix"]["api"]
+        api = json.loads((api_dir / api_name).read_text())
+        out = card.with_suffix(".jpg")
+        tile(render_frames(api, NODE_CLASS_MAPPINGS)).save(out, format="JPEG", quality=85, optimize=True)
+        log.info("wrote %s", out.name)
+        written.append(out)
+    return written
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    main()
