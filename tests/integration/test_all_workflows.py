@@ -51,7 +51,7 @@ MODEL_FOLDERS = {
 NO_FILE = {"bundled", "none"}
 
 
-def _tiny_umt5(path: Path, work: Path) -> None:
+def _tiny_umt5(path: Path, work: Path, d_model: int = UMT5_D_MODEL) -> None:
     """A tiny random umT5 encoder in ComfyUI's layout with a tiny SentencePiece model as `spiece_model`."""
     import torch
     from safetensors.torch import save_file
@@ -76,7 +76,7 @@ def _tiny_umt5(path: Path, work: Path) -> None:
     torch.manual_seed(0)
     config = transformers.UMT5Config(
         vocab_size=64,
-        d_model=UMT5_D_MODEL,
+        d_model=d_model,
         d_kv=8,
         d_ff=48,
         num_layers=2,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_all_workflows import TEXT_LEN, UMT5_D_MODEL, _tiny_umt5
+from tests.integration.test_all_workflows import TEXT_LEN, _tiny_umt5
 
 pytestmark = pytest.mark.integration
 
@@ -62,9 +62,9 @@ def core_files(comfyui, tmp_path_factory) -> dict:
     models = comfyui.base_dir / "models"
     for sub in ("diffusion_models", "loras", "vae", "text_encoders"):
         (models / sub).mkdir(parents=True, exist_ok=True)
-    cfg = WanConfig(
-        dim=32, ffn_dim=64, freq_dim=16, text_dim=UMT5_D_MODEL, text_len=TEXT_LEN, num_heads=2, num_layers=2
-    )
+    # sizes v0.3.64 can load too: it ignores the metadata and reads num_heads = dim / 128, freq_dim 256 and
+    # WanModel's default text_dim 4096 (v0.27 reads the metadata's `transformer` entries)
+    cfg = WanConfig(dim=128, ffn_dim=64, freq_dim=256, text_dim=4096, text_len=TEXT_LEN, num_heads=1, num_layers=2)
     state = random_wan_state_dict(cfg, seed=11)
     g = torch.Generator().manual_seed(12)
     lora, merged = {}, dict(state)
@@ -84,7 +84,7 @@ def core_files(comfyui, tmp_path_factory) -> dict:
     _write_wan(models / "diffusion_models" / MERGED, merged, cfg)
     save_file(lora, str(models / "loras" / LORA))
     shutil.copyfile(FIXTURES / VAE, models / "vae" / VAE)
-    _tiny_umt5(models / "text_encoders" / UMT5, tmp_path_factory.mktemp("spm_core"))
+    _tiny_umt5(models / "text_encoders" / UMT5, tmp_path_factory.mktemp("spm_core"), d_model=cfg.text_dim)
     return {"models": models}
 
 

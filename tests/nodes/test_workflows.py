@@ -42,6 +42,8 @@ def test_template_folders_hold_ui_workflows_only():
             assert "nodes" in workflow and "links" in workflow, f"{path.relative_to(REPO)} is not a UI workflow"
             assert folder == "example_workflows", f"{path.relative_to(REPO)}: UI workflows go to example_workflows/"
             assert path.stem.startswith("Inferix ") and workflow["extra"]["inferix"]["title"]  # the card's title
+            thumbnail = path.with_suffix(".jpg")  # what the Templates dialog shows (workflows/thumbnails.py)
+            assert thumbnail.is_file() and thumbnail.read_bytes()[:3] == b"\xff\xd8\xff", thumbnail.name
 
 
 @pytest.fixture
