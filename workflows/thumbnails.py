@@ -3,8 +3,9 @@
 ComfyUI's Templates dialog shows `example_workflows/<card>.jpg` beside `<card>.json` (the front end asks
 for `/api/workflow_templates/<pack>/<card>.jpg`). For each card this runs the nodes its Block Denoise
 depends on, with Inferix Load World Model switched to the bundled model (the Self-Forcing weights are not
-in the repository, so those cards show the bundled world under the workflow's own schedules and cache
-settings), and tiles four of the generated frames, first to last, into a 512×512 JPEG.
+in the repository, so those cards show the bundled world with the workflow's own actions and cache settings;
+the bundled model has no text encoder, so prompt schedules are left out) at 64×64 for at most MAX_BLOCKS
+blocks, and tiles four of the generated frames, first to last, into a 512×512 JPEG.
 
     python workflows/thumbnails.py            # all cards; about a minute on 2 CPU cores
 """
@@ -22,7 +23,7 @@ UI_DIR = HERE.parent / "example_workflows"
 API_DIR = HERE / "api"
 SIZE = 512  # px, the thumbnail's side
 TILES = 2  # frames per side
-MAX_BLOCKS = 6  # enough motion to see, quick on a CPU (runs sized in seconds keep their length)
+MAX_BLOCKS = 8  # enough motion to see, quick on a CPU
 
 
 def upstream(workflow: dict[str, Any], node_id: str) -> dict[str, Any]:
@@ -42,16 +43,21 @@ def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
     from inferix_core.workflow import execute
 
     [denoise] = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"]
-    graph = json.loads(json.dumps(upstream(api, denoise)))
+    api = json.loads(json.dumps(api))
+    inputs = api[denoise]["inputs"]
+    inputs |= {"width": 64, "height": 64, "num_blocks": min(int(inputs["num_blocks"]), MAX_BLOCKS), "seconds": 0.0}
+    for unused in ("stream", "prompt_schedule", "conditioning"):  # nothing written; the bundled model has no text
+        inputs.pop(unused, None)
+    graph = upstream(api, denoise)
     for node in graph.values():
-        inputs = node["inputs"]
         if node["class_type"] == "InferixLoadWorldModel":
-            inputs |= {"model": "bundled", "vae": "bundled", "text_encoder": "bundled", "preview_decoder": "none"}
-            inputs |= {"device": "cpu", "dtype": "fp32", "fp8": False, "compile": False}
-        elif node["class_type"] == "InferixBlockDenoise":
-            inputs |= {"width": 64, "height": 64, "num_blocks": min(int(inputs["num_blocks"]), MAX_BLOCKS)}
-            # seconds (when set) stay: the prompt schedules reach that far
-            inputs.pop("stream", None)  # nothing written to output/
+            node["inputs"] |= {
+                "model": "bundled",
+                "vae": "bundled",
+                "text_encoder": "bundled",
+                "preview_decoder": "none",
+            }
+            node["inputs"] |= {"device": "cpu", "dtype": "fp32", "fp8": False, "compile": False}
     graph["thumbnail_report"] = {"class_type": "InferixProfileReport", "inputs": {"video": [denoise, 2]}}  # an output
     result = execute(graph, node_classes, progress=False)
     return (result.outputs[denoise][1].clamp(0, 1) * 255).round().byte().numpy()
