@@ -30,6 +30,23 @@ def _get(url: str) -> bytes:
         return resp.read()
 
 
+def _click_text(page, text: str, what: str, timeout: float = 60) -> None:
+    """Click the innermost element of the (last open) dialog whose whole text is `text`, once it is there."""
+    page.wait_for(
+        f"""(() => {{
+          const dialogs = document.querySelectorAll('[role=dialog], .p-dialog');
+          const dialog = dialogs[dialogs.length - 1];
+          if (!dialog) return false;
+          const hits = [...dialog.querySelectorAll('*')].filter((e) => e.textContent.trim() === {json.dumps(text)});
+          if (!hits.length) return false;
+          hits[hits.length - 1].click();
+          return true;
+        }})()""",
+        timeout,
+        what,
+    )
+
+
 def test_server_lists_our_cards_with_thumbnails(comfyui):
     listed = comfyui.get_json("/workflow_templates")
     assert sorted(listed.get(PACK, [])) == sorted(p.stem for p in CARDS), listed.get(PACK)
@@ -49,23 +66,9 @@ def test_every_template_opens_a_non_empty_graph(comfyui, browser):  # noqa: F811
         expected = sorted(n["type"] for n in json.loads(card.read_text())["nodes"])
         browser.eval("app.graph.clear()")
         browser.eval("app.extensionManager.command.execute('Comfy.BrowseTemplates')")
-        title = json.dumps(card.stem)
-        # the card: the innermost clickable element whose text is the title (the front end shows the file name)
-        find = f"""(() => {{
-          const dialog = document.querySelector('[role=dialog], .p-dialog');
-          if (!dialog) return null;
-          const hits = [...dialog.querySelectorAll('*')].filter((e) => e.textContent.trim() === {title});
-          return hits.length ? hits[hits.length - 1] : null;
-        }})()"""
-        if not browser.eval(f"!!{find}"):  # newer dialogs group cards: pick the pack's / 'All' category first
-            browser.eval(f"""(() => {{
-              const dialog = document.querySelector('[role=dialog], .p-dialog');
-              const nav = [...dialog.querySelectorAll('button, [role=option], li, a, span')]
-                .find((e) => ['{PACK}', 'All', 'Extensions', 'All Templates'].includes(e.textContent.trim()));
-              nav?.click();
-            }})()""")
-        browser.wait_for(f"!!{find}", 60, f"the card {card.stem} in the Templates dialog")
-        browser.eval(f"{find}.click()")
+        # the pack's own category (a side-bar entry under Extensions in 1.45), then the card by its title
+        _click_text(browser, PACK, f"the {PACK} category in the Templates dialog")
+        _click_text(browser, card.stem, f"the card {card.stem} in the Templates dialog")
         nodes = browser.wait_for(
             "app.graph.nodes.length && app.graph.nodes.map((n) => n.comfyClass || n.type)",
             60,
