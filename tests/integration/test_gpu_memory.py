@@ -4,8 +4,10 @@ The limit is real: this test process holds a "ballast" CUDA allocation so that t
 free for the server (ComfyUI reads free memory with torch.cuda.mem_get_info, device-wide). The workflow:
 core CLIPLoader (a random UMT5-XXL in ComfyUI's key layout, ~11.4 GB bf16) → CLIPTextEncode → Inferix Block
 Denoise's `conditioning`, with Inferix Load World Model on a random Wan 2.1 1.3B-shaped causal transformer
-(~2.8 GB bf16). Both fit alone, not together: the run completes only if ComfyUI unloads the text encoder
-for our model (Block Denoise's load_models_gpu), which the server's DEBUG log shows ("Unloading ...").
+(~2.8 GB bf16). Both fit alone, not together: the run completes only if ComfyUI unloads (all or part of) the
+text encoder for our model (Load World Model's free_memory, Block Denoise's load_models_gpu), which the
+server's log shows ("Unloading ..." at DEBUG, "Unloaded partially", "N models unloaded.", or our
+"asked ComfyUI for ... model(s) unloaded").
 
     COMFYUI_DIR=/work/comfyui-0.27 COMFYUI_PYTHON=/work/comfyui-venv-0.27/bin/python \\
         python -m pytest tests/integration/test_gpu_memory.py -v -rs        # on the H200; ~5 min
@@ -25,13 +27,26 @@ torch = pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.integration, pytest.mark.cuda, pytest.mark.slow]
 
-BUDGET_GB = 13.0  # text encoder 11.4 GB + 0.8 GB inference reserve fits; plus our 2.8 GB does not
+# ComfyUI wants size × 1.1 + 1.2 GB (inference + reserved) free to load a model fully: the 11.4 GB text
+# encoder needs 13.7 GB, our 2.8 GB world model about 4.3 GB (+ its KV cache); 15 GB fits either, not both
+BUDGET_GB = 15.0
 UMT5_XXL = {"d_model": 4096, "d_ff": 10240, "num_layers": 24, "num_heads": 64, "d_kv": 64, "vocab": 256384}
 
 
-def _random_umt5_xxl(path) -> None:
-    """UMT5-XXL encoder weights (random, bf16) under the names ComfyUI's T5 loader reads."""
+def _random_umt5_xxl(path, work) -> None:
+    """UMT5-XXL encoder weights (random, bf16) under the names ComfyUI's T5 loader reads, with a small
+    SentencePiece model as `spiece_model` (ComfyUI's Wan tokenizer reads it from the file)."""
     from safetensors.torch import save_file
+
+    spm = pytest.importorskip("sentencepiece")
+    words = ["car", "road", "coastal", "sunset", "snow", "night", "mountain", "drives", "along", "the", "a"]
+    (work / "corpus.txt").write_text(
+        "\n".join(" ".join(words[(i * 7 + j) % len(words)] for j in range(8)) for i in range(300))
+    )
+    spm.SentencePieceTrainer.train(
+        input=str(work / "corpus.txt"), model_prefix=str(work / "spiece"), vocab_size=30, pad_id=0, eos_id=1,
+        unk_id=2, bos_id=-1, model_type="unigram", minloglevel=2,
+    )  # fmt: skip
 
     c, g = UMT5_XXL, torch.Generator(device="cuda").manual_seed(0)
     inner = c["num_heads"] * c["d_kv"]
@@ -51,6 +66,7 @@ def _random_umt5_xxl(path) -> None:
         sd[f"{b}.1.DenseReluDense.wi_1.weight"] = w(c["d_ff"], c["d_model"])
         sd[f"{b}.1.DenseReluDense.wo.weight"] = w(c["d_model"], c["d_ff"])
         sd[f"{b}.1.layer_norm.weight"] = w(c["d_model"]) + 1
+    sd["spiece_model"] = torch.frombuffer(bytearray((work / "spiece.model").read_bytes()), dtype=torch.uint8)
     save_file(sd, str(path))
 
 
@@ -86,7 +102,7 @@ def test_our_model_and_a_large_core_model_share_a_gpu_that_fits_one(tmp_path_fac
         (base / "models" / sub).mkdir(parents=True)
     _random_wan_vae(base / "models" / "vae" / "inferix_gpu_wan_vae.safetensors")
     _random_causal_wan(base / "models" / "diffusion_models" / "inferix_gpu_causal_wan.safetensors")
-    _random_umt5_xxl(base / "models" / "text_encoders" / "inferix_gpu_umt5_xxl.safetensors")
+    _random_umt5_xxl(base / "models" / "text_encoders" / "inferix_gpu_umt5_xxl.safetensors", base)
     torch.cuda.empty_cache()
     free, _total = torch.cuda.mem_get_info()
     ballast = torch.empty(int(free - BUDGET_GB * 2**30), dtype=torch.uint8, device="cuda")  # noqa: F841 - held
@@ -128,6 +144,7 @@ def test_our_model_and_a_large_core_model_share_a_gpu_that_fits_one(tmp_path_fac
         entry = run_prompt(server, graph, timeout=1200)
         log = server.log_path.read_text(errors="replace")
         assert not _error(entry), _error(entry) + "\n" + server.log_tail(80)
-        unloads = [line for line in log.splitlines() if "Unloading" in line or "model(s) unloaded" in line]
+        marks = ("Unloading ", "Unloaded partially", "models unloaded.", "model(s) unloaded")  # ComfyUI's / ours
+        unloads = [line for line in log.splitlines() if any(m in line for m in marks)]
         assert unloads, "no eviction in the server log:\n" + server.log_tail(80)
         print(json.dumps({"budget_gb": BUDGET_GB, "evictions": unloads}, indent=2))
