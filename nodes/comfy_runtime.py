@@ -300,8 +300,10 @@ def make_room(num_bytes: float, device: Any) -> None:
     """Ask ComfyUI to unload models until `num_bytes` fit on `device` (before we allocate them)."""
     import torch
 
+    if comfy_mm is None or num_bytes <= 0:  # headless: nothing else shares the device through us
+        return
     device = torch.device(device)
-    if comfy_mm is None or device.type == "cpu" or num_bytes <= 0:
+    if device.type == "cpu":
         return
     unloaded = comfy_mm.free_memory(num_bytes * 1.1 + comfy_mm.minimum_inference_memory(), device)
     names = [type(getattr(m.model, "model", m.model)).__name__ for m in unloaded or [] if m.model is not None]
