@@ -10,6 +10,7 @@ exactly that workflow's nodes. Same skips as test_web_extension.py (browser) and
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -23,6 +24,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 PACK = "ComfyUI-Inferix"  # conftest links the repository as custom_nodes/ComfyUI-Inferix
 CARDS = sorted((REPO / "example_workflows").glob("*.json"))
+# close whatever dialog the previous card left open (a missing-models notice, the Templates dialog itself)
+CLOSE_DIALOGS = """document.querySelectorAll('.p-dialog-close-button, .p-dialog-header-close, [aria-label=Close]')
+  .forEach((b) => b.click())"""
 
 
 def _get(url: str) -> bytes:
@@ -31,18 +35,16 @@ def _get(url: str) -> bytes:
 
 
 def _open_card(page, title: str, timeout: float = 90) -> None:
-    """In the (last open) dialog: click the pack's category until the card titled `title` shows, then the card.
+    """In the open dialogs: click the pack's category until the card titled `title` shows, then the card.
 
     The category is clicked again every few seconds while the card is missing: the dialog selects its first
     category itself once the template index has loaded, which can undo an earlier click (frontend 1.27).
     """
     page.wait_for(
         f"""(() => {{
-          const dialogs = document.querySelectorAll('[role=dialog], .p-dialog');
-          const dialog = dialogs[dialogs.length - 1];
-          if (!dialog) return false;
+          const dialogs = [...document.querySelectorAll('[role=dialog], .p-dialog')];
           const innermost = (text) => {{
-            const hits = [...dialog.querySelectorAll('*')].filter((e) => e.textContent.trim() === text);
+            const hits = dialogs.flatMap((d) => [...d.querySelectorAll('*')]).filter((e) => e.textContent.trim() === text);
             return hits.length ? hits[hits.length - 1] : null;
           }};
           const card = innermost({json.dumps(title)});
@@ -70,12 +72,21 @@ def test_server_lists_our_cards_with_thumbnails(comfyui):
 
 
 def test_every_template_opens_a_non_empty_graph(comfyui, browser):  # noqa: F811 - the fixture
-    status, _ = comfyui.post_json("/settings", UI_SETTINGS)
+    # no missing-models dialog over the Templates dialog (the Self-Forcing cards name files the test lacks)
+    quiet = {"Comfy.Workflow.ShowMissingModelsWarning": False, "Comfy.Workflow.ShowMissingNodesWarning": False}
+    status, _ = comfyui.post_json("/settings", {**UI_SETTINGS, **quiet})
     assert status == 200
     browser.send("Page.navigate", url=comfyui.url + "/")
     browser.wait_for("!!(window.app?.graph && window.app?.extensionManager?.command)", 180, "the ComfyUI page")
     for card in CARDS:
         expected = sorted(n["type"] for n in json.loads(card.read_text())["nodes"])
+        # the previous card's dialog must be gone: Comfy.BrowseTemplates on a dialog still closing closes it
+        browser.wait_for(
+            f"(() => {{ {CLOSE_DIALOGS}; return !document.querySelector('[role=dialog], .p-dialog'); }})()",
+            30,
+            "the previous dialogs to close",
+        )
+        time.sleep(0.5)
         browser.eval("app.graph.clear()")
         browser.eval("app.extensionManager.command.execute('Comfy.BrowseTemplates')")
         browser.eval("window.__inferixPackClick = 0")
