@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,8 @@ def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
             }
             node["inputs"] |= {"device": "cpu", "dtype": "fp32", "fp8": False, "compile": False}
     graph["thumbnail_report"] = {"class_type": "InferixProfileReport", "inputs": {"video": [denoise, 2]}}  # an output
-    result = execute(graph, node_classes, progress=False)
+    with tempfile.TemporaryDirectory(prefix="inferix_thumbnail_") as scratch:  # previews go there, not the repo
+        result = execute(graph, node_classes, output_dir=Path(scratch) / "output", progress=False)
     return (result.outputs[denoise][1].clamp(0, 1) * 255).round().byte().numpy()
 
 
