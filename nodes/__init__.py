@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import comfy_runtime, live_controls
 from .block_denoise import InferixBlockDenoise
 from .compat import HAVE_COMFY_API
+from .core_model import InferixWorldModelFromCoreModel
 from .kv_cache_config import InferixKVCacheConfig
 from .load_lora import InferixLoadWorldModelLoRA
 from .load_world_model import InferixLoadWorldModel
@@ -28,6 +29,7 @@ NODES = [
     InferixLoadWorldModel,
     InferixMemorySettings,
     InferixLoadWorldModelLoRA,
+    InferixWorldModelFromCoreModel,
     InferixKVCacheConfig,
     InferixPromptSchedule,
     InferixLVBenchPrompts,

@@ -23,6 +23,7 @@ from . import comfy_runtime as rt
 from . import live_controls, types
 from .compat import io
 from .core_interop import clip_vision_from_core, to_core_latent
+from .core_video import core_video
 from .stream_settings import split_prefix
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,13 @@ class InferixBlockDenoise(io.ComfyNode):
                     "streamed file) for Inferix Stream Out, Profile Report and "
                     "LV-Bench Score.",
                 ),
+                # last, so the links of workflows saved before it keep their output slots
+                io.Video.Output(
+                    "core_video",
+                    display_name="VIDEO",
+                    tooltip="The frames and fps as a core VIDEO, for core Save Video, Preview Video or "
+                    "Get Video Components.",
+                ),
             ],
             hidden=[io.Hidden.unique_id],
         )
@@ -304,6 +312,7 @@ class InferixBlockDenoise(io.ComfyNode):
         )
         log.info("%s", plan.describe())
         check_plan(plan)
+        rt.ensure_loaded(world_model, plan.total_bytes - plan.weights_bytes)  # ComfyUI makes room, reloads if evicted
         text = (
             prompt_schedule
             if prompt_schedule is not None
@@ -351,4 +360,5 @@ class InferixBlockDenoise(io.ComfyNode):
         # [B,F,C,h,w] → [B,C,F,h,w], in VAE space as core LATENTs are (core VAE Decode reads it right)
         latent = {"samples": to_core_latent(world_model.vae, result.latents.permute(0, 2, 1, 3, 4)).contiguous()}
         ui = {"text": [summarize(result, width, height) + "\n" + plan.describe()]}  # Stream Out shows the file
-        return io.NodeOutput(latent, frames_to_image(result.frames), result, ui=ui)
+        images = frames_to_image(result.frames)
+        return io.NodeOutput(latent, images, result, core_video(images, result.fps), ui=ui)

@@ -304,3 +304,117 @@ def _last_frame_image(frames: Any) -> Any:
     if hasattr(last, "detach"):
         last = last.detach().cpu().numpy()
     return Image.fromarray(last)
+
+
+# --- memory and devices ------------------------------------------------------------------------------------
+# Inside ComfyUI our world models are registered with comfy.model_management like its own models: wrapped in
+# a ModelPatcher (weights only, no patches), loaded with `load_models_gpu` before each run, so ComfyUI frees
+# other models to make room for ours and can evict ours (detach → `.to(offload_device)`) when another model
+# needs the memory. The device is ComfyUI's (`get_torch_device`: --cpu, --cuda-device, mps, xpu ...).
+# Headless every function here is a no-op or the registry's own choice.
+
+_PATCHER_ATTR = "_inferix_model_patcher"  # on the transformer: the patcher that ComfyUI tracks (weakly)
+
+
+def torch_device() -> Any:
+    """ComfyUI's compute device (honours --cpu, --cuda-device, mps ...), else the registry's 'auto'."""
+    if comfy_mm is not None:
+        return comfy_mm.get_torch_device()
+    from inferix_core.models.registry import resolve_device
+
+    return resolve_device("auto")
+
+
+def device_choice(choice: str) -> str:
+    """A loader's `device` widget as a device string: 'auto' is ComfyUI's device inside ComfyUI."""
+    if choice == "auto" and comfy_mm is not None:
+        return str(comfy_mm.get_torch_device())
+    return choice
+
+
+def make_room(num_bytes: float, device: Any) -> None:
+    """Ask ComfyUI to unload models until `num_bytes` fit on `device` (before we allocate them)."""
+    import torch
+
+    if comfy_mm is None or num_bytes <= 0:  # headless: nothing else shares the device through us
+        return
+    device = torch.device(device)
+    if device.type == "cpu":
+        return
+    unloaded = comfy_mm.free_memory(num_bytes * 1.1 + comfy_mm.minimum_inference_memory(), device)
+    names = [type(getattr(m.model, "model", m.model)).__name__ for m in unloaded or [] if m.model is not None]
+    log.info(
+        "asked ComfyUI for %.2f GiB on %s: %d model(s) unloaded%s",
+        num_bytes / 2**30,
+        device,
+        len(unloaded or []),
+        f" ({', '.join(names)})" if names else "",
+    )
+
+
+def estimate_weights_bytes(patcher: Any, dtype: Any) -> float:
+    """Bytes of a core MODEL's diffusion weights once copied in `dtype`."""
+    import torch
+
+    inner = patcher.model.diffusion_model
+    return float(sum(p.numel() for p in inner.parameters()) * torch.empty((), dtype=dtype).element_size())
+
+
+def estimate_file_bytes(*paths: str | None) -> float:
+    """Bytes the weight files will take once loaded (their size on disk; 0 for 'bundled' and folders)."""
+    return float(sum(os.path.getsize(p) for p in paths if p and p != BUNDLED and os.path.isfile(p)))
+
+
+def _modules_of(world_model: Any) -> list[Any]:
+    """The torch modules a world model holds (transformer, VAE, preview decoder, text encoder), once each."""
+    import torch
+
+    found: dict[int, Any] = {}
+    for part in (world_model.transformer, world_model.vae, world_model.preview_decoder, world_model.text_encoder):
+        for obj in (part, getattr(part, "encoder", None), getattr(getattr(part, "encoder", None), "model", None)):
+            if isinstance(obj, torch.nn.Module):
+                found.setdefault(id(obj), obj)
+                break
+            model = getattr(obj, "model", None)
+            if isinstance(model, torch.nn.Module):
+                found.setdefault(id(model), model)
+                break
+    return list(found.values())
+
+
+def register_world_model(world_model: Any) -> Any:
+    """Make a loaded world model one of ComfyUI's models (evictable, loaded through load_models_gpu).
+
+    The patcher hangs off the transformer (ComfyUI keeps only a weak reference to it), so it lives as long
+    as the model; `dataclasses.replace` copies of the WorldModel share it. Returns the world model.
+    """
+    if comfy_mm is None:
+        return world_model
+    import comfy.model_patcher
+    import torch
+
+    container = torch.nn.ModuleList(_modules_of(world_model))
+    size = comfy_mm.module_size(container)
+    # the weights are already on the load device: say so, or ComfyUI would free room for a second copy
+    container.device = world_model.device
+    container.model_loaded_weight_memory = size
+    patcher = comfy.model_patcher.ModelPatcher(
+        container, load_device=world_model.device, offload_device=comfy_mm.unet_offload_device(), size=size
+    )
+    object.__setattr__(world_model.transformer, _PATCHER_ATTR, patcher)  # a plain attribute, not a submodule
+    ensure_loaded(world_model)
+    return world_model
+
+
+def model_patcher(world_model: Any) -> Any:
+    """The ModelPatcher ComfyUI tracks for this world model (None headless or unregistered)."""
+    return getattr(getattr(world_model, "transformer", None), _PATCHER_ATTR, None)
+
+
+def ensure_loaded(world_model: Any, extra_bytes: float = 0) -> None:
+    """Before a run: ComfyUI loads the world model onto its device (moving it back if it was evicted),
+    unloading other models until it and `extra_bytes` (KV cache, activations) fit."""
+    patcher = model_patcher(world_model)
+    if patcher is None or comfy_mm is None:
+        return
+    comfy_mm.load_models_gpu([patcher], memory_required=int(extra_bytes), force_full_load=True)

@@ -126,6 +126,8 @@ Conditioning = _comfytype("CONDITIONING", "Conditioning")
 Vae = _comfytype("VAE", "Vae")
 ClipVision = _comfytype("CLIP_VISION", "ClipVision")
 ClipVisionOutput = _comfytype("CLIP_VISION_OUTPUT", "ClipVisionOutput")
+Model = _comfytype("MODEL", "Model")
+Video = _comfytype("VIDEO", "Video")
 Combo = type(
     "Combo", (), {"io_type": "COMBO", "Input": _ComboInput, "Output": type("Output", (Output,), {"io_type": "COMBO"})}
 )

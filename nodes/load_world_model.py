@@ -200,6 +200,8 @@ class InferixLoadWorldModel(io.ComfyNode):
         # No model cache of our own: ComfyUI re-runs this node whenever any input (these two included) changes.
         from inferix_core.models.registry import load_world_model
 
+        device = rt.device_choice(device)  # 'auto' is ComfyUI's device (--cpu, --cuda-device, mps) inside ComfyUI
+        rt.make_room(rt.estimate_file_bytes(_resolve("model", model), _resolve("text_encoder", text_encoder)), device)
         world_model = load_world_model(
             _resolve("model", model),
             vae_path=_resolve("vae", vae),
@@ -214,6 +216,7 @@ class InferixLoadWorldModel(io.ComfyNode):
             family=family or "auto",
             weights=weights or "auto",
         )
+        world_model = rt.register_world_model(world_model)  # ComfyUI can now evict it and load it back
         summary = world_model.describe()
         log.info("loaded world model: %s", summary.replace("\n", "; "))
         return io.NodeOutput(world_model, ui={"text": [summary]})

@@ -43,17 +43,11 @@ def pick_decoders(world_model: Any, core_vae: Any) -> Any:
                 "or a core VAE (Load VAE with a Wan 2.1 VAE)"
             )
         return world_model
-    device = world_model.device if world_model is not None else ("cuda" if _cuda() else "cpu")
+    device = world_model.device if world_model is not None else rt.torch_device()
     vae = wan_vae_from_core(core_vae, device=device)
     if world_model is None:
         return Decoders(vae)
     return dataclasses.replace(world_model, vae=vae)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 class InferixVAEDecode(io.ComfyNode):
@@ -115,6 +109,8 @@ class InferixVAEDecode(io.ComfyNode):
     ) -> io.NodeOutput:
         from inferix_core.api import decode_video
 
+        if world_model is not None:
+            rt.ensure_loaded(world_model)  # ComfyUI reloads it if it evicted it since Block Denoise
         decoders = pick_decoders(world_model, vae)
         samples = latent["samples"]  # [B, C, F, h, w], VAE space (core LATENT)
         if samples.ndim != 5:

@@ -3,6 +3,12 @@
 Run `python workflows/build.py` after changing a node's inputs; tests/nodes/test_workflows.py checks
 that every UI file converts to its `_api.json` twin and that both validate against the node classes.
 Socket and widget order come from the node classes themselves, so the files cannot drift from them.
+
+Where they go: ComfyUI shows every `*.json` directly inside a pack's `example_workflows/` (and also
+`example/`, `examples/`, `workflow/`, `workflows/`: app/custom_node_manager.py in v0.3.64 and v0.27) as a
+template card titled with the file name, its thumbnail the `.jpg` of the same name. So the UI files go to
+`example_workflows/<card title>.json` (thumbnails by `workflows/thumbnails.py`), and the API twins, which
+would open as empty graphs there, to `workflows/api/<name>_api.json`, a subfolder nothing scans.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from inferix_core.workflow.schema import NodeSchema
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
+UI_DIR = HERE.parent / "example_workflows"  # template cards: UI format only
+API_DIR = HERE / "api"  # API twins (inferix run / inferix queue / Export (API)): not scanned by ComfyUI
+# characters kept in a card's file name (its title in the Templates dialog); others become spaces
+_CARD_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,()+-")
 
 HF = "https://huggingface.co"
 SELF_FORCING = {
@@ -404,6 +414,20 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
 }
 
 
+def card_name(title: str) -> str:
+    """A template card's file stem: 'Inferix ' + the title, ':' as ' -', nothing a file system or URL minds."""
+    text = "".join(c if c in _CARD_CHARS else " " for c in title.replace(":", " -"))
+    return "Inferix " + " ".join(text.split())
+
+
+def ui_path(name: str, title: str, ui_dir: Path | None = None) -> Path:
+    return (ui_dir or UI_DIR) / f"{card_name(title)}.json"
+
+
+def api_path(name: str, api_dir: Path | None = None) -> Path:
+    return (api_dir or API_DIR) / f"{name}_api.json"
+
+
 def build_api(nodes: list, schemas: dict[str, NodeSchema]) -> dict[str, Any]:
     """API format: {id: {class_type, inputs, _meta}} with links as [source id, output index]."""
     api: dict[str, Any] = {}
@@ -419,7 +443,7 @@ def build_api(nodes: list, schemas: dict[str, NodeSchema]) -> dict[str, Any]:
 
 
 def build_ui(
-    title: str, nodes: list, models: list[dict], schemas: dict[str, NodeSchema], classes: dict[str, Any]
+    name: str, title: str, nodes: list, models: list[dict], schemas: dict[str, NodeSchema], classes: dict[str, Any]
 ) -> dict[str, Any]:
     """UI format (LiteGraph): nodes with sockets and widgets_values, a links table, model download hints."""
     link_rows, ui_nodes, link_id = [], [], 0
@@ -473,20 +497,23 @@ def build_ui(
         "groups": [],
         "config": {},
         "version": 0.4,
-        "extra": {"ds": {"scale": 1.0, "offset": [0, 0]}, "inferix": {"title": title}},
+        "extra": {"ds": {"scale": 1.0, "offset": [0, 0]}, "inferix": {"title": title, "api": f"{name}_api.json"}},
     }
 
 
-def main() -> None:
+def main(ui_dir: Path | None = None, api_dir: Path | None = None) -> None:
     from inferix_nodes import NODE_CLASS_MAPPINGS
 
     classes = {**NODE_CLASS_MAPPINGS, **CORE_NODE_CLASSES}
     schemas = {k: NodeSchema.from_class(k, v) for k, v in classes.items()}
+    for folder in (ui_dir or UI_DIR, api_dir or API_DIR):
+        folder.mkdir(parents=True, exist_ok=True)
     for name, (title, nodes, models) in GRAPHS.items():
-        ui = build_ui(title, nodes, models, schemas, classes)
-        (HERE / f"{name}.json").write_text(json.dumps(ui, indent=2) + "\n", encoding="utf-8")
-        (HERE / f"{name}_api.json").write_text(json.dumps(build_api(nodes, schemas), indent=2) + "\n", encoding="utf-8")
-        log.info("wrote %s.json and %s_api.json", name, name)
+        ui = build_ui(name, title, nodes, models, schemas, classes)
+        ui_file, api_file = ui_path(name, title, ui_dir), api_path(name, api_dir)
+        ui_file.write_text(json.dumps(ui, indent=2) + "\n", encoding="utf-8")
+        api_file.write_text(json.dumps(build_api(nodes, schemas), indent=2) + "\n", encoding="utf-8")
+        log.info("wrote %s and %s", ui_file.name, api_file.name)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ and all, when the session ends. See docs/comfyui_integration.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,22 +83,22 @@ def _stop(process: subprocess.Popen) -> None:
         pass
 
 
-@pytest.fixture(scope="session")
-def comfyui(tmp_path_factory) -> ComfyServer:
+@contextlib.contextmanager
+def launch(base: Path, *, cpu: bool = True, extra_args: tuple[str, ...] = ()):
+    """A ComfyUI server in `base` (custom_nodes/ComfyUI-Inferix → this repository), stopped on exit."""
     comfy_dir, python = os.environ.get("COMFYUI_DIR"), os.environ.get("COMFYUI_PYTHON")
     if not comfy_dir or not python:
         pytest.skip("set COMFYUI_DIR and COMFYUI_PYTHON to run the real-ComfyUI tests (docs/comfyui_integration.md)")
     if not (Path(comfy_dir) / "main.py").is_file():
         pytest.fail(f"COMFYUI_DIR={comfy_dir} has no main.py")
-    base = tmp_path_factory.mktemp("comfyui_base")
-    (base / "custom_nodes").mkdir()
+    (base / "custom_nodes").mkdir(exist_ok=True)
     (base / "custom_nodes" / "ComfyUI-Inferix").symlink_to(REPO, target_is_directory=True)
     port = _free_port()
     log_path = base / "server.log"
     cmd = [
         python,
         "main.py",
-        "--cpu",
+        *(["--cpu"] if cpu else []),
         "--listen",
         "127.0.0.1",
         "--port",
@@ -107,6 +108,7 @@ def comfyui(tmp_path_factory) -> ComfyServer:
         str(base),
         "--database-url",
         "sqlite:///:memory:",
+        *extra_args,
     ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -128,6 +130,12 @@ def comfyui(tmp_path_factory) -> ComfyServer:
         yield server
     finally:
         _stop(process)
+
+
+@pytest.fixture(scope="session")
+def comfyui(tmp_path_factory) -> ComfyServer:
+    with launch(tmp_path_factory.mktemp("comfyui_base")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

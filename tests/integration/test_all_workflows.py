@@ -1,4 +1,4 @@
-"""Every `workflows/*_api.json` is queued on a real ComfyUI and run headless; both give the same outputs.
+"""Every `workflows/api/*_api.json` is queued on a real ComfyUI and run headless; both give the same outputs.
 
 Issue #6: "`inferix queue` runs every API workflow against a real ComfyUI server; `inferix run` runs the
 same files with no server, producing the same outputs for the same seed". Workflows that name real model
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-WORKFLOWS = sorted((REPO / "workflows").glob("*_api.json"))
+WORKFLOWS = sorted((REPO / "workflows" / "api").glob("*_api.json"))
 SEED = 31337  # not the files' own seed, so the server's cache cannot answer from another test's run
 SIZE = 64  # px, width and height of every shrunk run
 NUM_BLOCKS = 2  # for runs sized by blocks (seconds = 0)
@@ -51,7 +51,7 @@ MODEL_FOLDERS = {
 NO_FILE = {"bundled", "none"}
 
 
-def _tiny_umt5(path: Path, work: Path) -> None:
+def _tiny_umt5(path: Path, work: Path, d_model: int = UMT5_D_MODEL) -> None:
     """A tiny random umT5 encoder in ComfyUI's layout with a tiny SentencePiece model as `spiece_model`."""
     import torch
     from safetensors.torch import save_file
@@ -76,7 +76,7 @@ def _tiny_umt5(path: Path, work: Path) -> None:
     torch.manual_seed(0)
     config = transformers.UMT5Config(
         vocab_size=64,
-        d_model=UMT5_D_MODEL,
+        d_model=d_model,
         d_kv=8,
         d_ff=48,
         num_layers=2,

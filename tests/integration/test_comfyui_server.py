@@ -21,7 +21,9 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 # API format first: it is what ComfyUI's own Export (API) writes; the UI twin is converted by `inferix queue`.
 BUNDLED_MODEL = REPO / "inferix_core" / "assets" / "bundled" / "transformer.safetensors"
-QUICKSTART = sorted(REPO.glob("workflows/*quickstart*.json"), key=lambda p: ("_api" not in p.name, p.name))
+QUICKSTART = sorted(REPO.glob("workflows/api/*quickstart*.json")) + sorted(
+    REPO.glob("example_workflows/*Quickstart*.json")
+)
 
 # Core nodes only: proves the client without any model file.
 CORE_WORKFLOW = {
@@ -99,7 +101,7 @@ def test_unknown_inferix_node_refused_by_server(comfyui, tmp_path):
     assert proc.returncode == 2 and "InferixNoSuchNode" in proc.stderr
 
 
-@pytest.mark.skipif(not QUICKSTART, reason="no workflows/*quickstart*.json yet")
+@pytest.mark.skipif(not QUICKSTART, reason="no quickstart workflow yet")
 @pytest.mark.skipif(not BUNDLED_MODEL.is_file(), reason=f"the quickstart needs the bundled model ({BUNDLED_MODEL})")
 def test_queue_quickstart_produces_mp4(comfyui, tmp_path):
     out = tmp_path / "downloads"
@@ -134,7 +136,7 @@ def test_queue_quickstart_produces_mp4(comfyui, tmp_path):
     assert list(out.rglob("*.mp4"))
 
 
-@pytest.mark.skipif(not QUICKSTART, reason="no workflows/*quickstart*.json yet")
+@pytest.mark.skipif(not QUICKSTART, reason="no quickstart workflow yet")
 @pytest.mark.skipif(not BUNDLED_MODEL.is_file(), reason=f"the quickstart needs the bundled model ({BUNDLED_MODEL})")
 def test_interrupt_leaves_a_playable_partial_file(comfyui):
     """POST /interrupt after the first block: the run stops, and the mp4 Block Denoise was streaming is kept,

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "workflows" / "quickstart_api.json"
+QUICKSTART = REPO / "workflows" / "api" / "quickstart_api.json"
 BUNDLED_MODEL = REPO / "inferix_core" / "assets" / "bundled" / "transformer.safetensors"
 SEED = 20240606  # not the file's own seed, so ComfyUI's cache cannot answer from an earlier test's run
 PREFIX = "inferix/run_vs_queue"

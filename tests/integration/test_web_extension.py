@@ -1,6 +1,6 @@
 """The front-end extension (web_ext/) in headless Chromium against the real ComfyUI of conftest.py.
 
-The page loads workflows/quickstart.json through `app.loadGraphData`, queues it with `app.queuePrompt`
+The page loads the quickstart template (example_workflows/Inferix Quickstart*.json) through `app.loadGraphData`, queues it with `app.queuePrompt`
 (400 blocks, the long version, with a fresh seed so nothing is cached), and we check what the extension
 rendered from the `inferix.block` events: the live preview <img> in Stream Out (a new src per block),
 the timing/KV-cache panel, the Interrupt button, which must stop the prompt. Screenshots go to a temp
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART_UI = REPO / "workflows" / "quickstart.json"
+QUICKSTART_UI = next((REPO / "example_workflows").glob("Inferix Quickstart*.json"))
 BUNDLED_MODEL = REPO / "inferix_core" / "assets" / "bundled" / "transformer.safetensors"
 DOC_IMAGES = REPO / "docs" / "images"
 WIDTH, HEIGHT = 1600, 1000

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows" / "api"
+QUICKSTART_UI = next((WORKFLOWS.parents[1] / "example_workflows").glob("Inferix Quickstart*.json"))
 
 
 class FixtureConditioning:
@@ -104,10 +105,13 @@ def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
         )
     finally:
         remove()
-    latent, image, video = result.outputs["4"]
+    latent, image, video, core = result.outputs["4"]
     assert latent["samples"].shape == (1, 16, 9, 8, 12)  # [B, C, F, h, w]
     assert image.dtype == torch.float32 and image.shape[1:] == (64, 96, 3) and 0 <= image.min() <= image.max() <= 1
     assert len(video.frames) == image.shape[0]
+    # the core VIDEO (last output) carries exactly these frames at the model's rate
+    assert torch.equal(core.get_components().images, image) and core.get_components().frame_rate == video.fps
+    assert core.get_dimensions() == (96, 64)
     mp4 = output_dir / "inferix" / "tiny_00001.mp4"
     assert video.files == (str(mp4.resolve()),)  # written by Block Denoise while it generated
     assert mp4.is_file() and not list(output_dir.rglob("*.partial*"))
@@ -251,7 +255,7 @@ def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output
     loader = api["1"]["inputs"]
     assert (loader.pop("weights"), loader.pop("family")) == ("auto", "auto")
     assert (loader.pop("fp8"), loader.pop("compile")) == (False, False)
-    ui = json.loads((WORKFLOWS / "quickstart.json").read_text())
+    ui = json.loads(QUICKSTART_UI.read_text())
     (ui_loader,) = [n for n in ui["nodes"] if n["type"] == "InferixLoadWorldModel"]
     assert ui_loader["widgets_values"][-4:] == [False, False, "auto", "auto"]  # appended last: an old file is a prefix
     ui_loader["widgets_values"] = ui_loader["widgets_values"][:-4]

@@ -58,7 +58,11 @@ def test_v1_attributes_are_plain_class_attributes(node_classes):
 
 def test_sockets_and_combo_lists(node_classes):
     denoise = node_classes["InferixBlockDenoise"]
-    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO")
+    # the core VIDEO last: links of workflows saved with three outputs keep their slots
+    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO", "VIDEO")
+    core_model = node_classes["InferixWorldModelFromCoreModel"].INPUT_TYPES()
+    assert core_model["required"]["model"][0] == "MODEL" and core_model["optional"]["vae"][0] == "VAE"
+    assert node_classes["InferixWorldModelFromCoreModel"].RETURN_TYPES == ("INFERIX_WORLD_MODEL",)
     declared = denoise.INPUT_TYPES()
     assert declared["required"]["world_model"][0] == "INFERIX_WORLD_MODEL"
     assert declared["optional"]["kv_cache"][0] == "INFERIX_KV_CACHE_CONFIG"

@@ -1,4 +1,4 @@
-"""Each shipped workflow: the UI file and its API twin describe the same graph, and both validate."""
+"""Each shipped workflow: the UI file (a template card) and its API twin describe the same graph, and both validate."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-API_FILES = sorted(WORKFLOWS.glob("*_api.json"))
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = REPO / "workflows"
+CARDS = REPO / "example_workflows"  # what ComfyUI shows as the pack's templates: UI format only
+API_FILES = sorted((WORKFLOWS / "api").glob("*_api.json"))
 USE_CASES = {
     "quickstart",
     "self_forcing_t2v",
@@ -22,6 +24,15 @@ USE_CASES = {
     "matrix_game2_gta_drive",
     "longlive2_t2v",
 }
+# folders ComfyUI scans for a pack's templates (app/custom_node_manager.py, v0.3.64 and v0.27)
+SCANNED = ("example_workflows", "example", "examples", "workflow", "workflows")
+
+
+def ui_twin(api_file: Path) -> Path:
+    """The template card whose `extra.inferix.api` names this API file."""
+    cards = [p for p in CARDS.glob("*.json") if json.loads(p.read_text())["extra"]["inferix"]["api"] == api_file.name]
+    assert len(cards) == 1, f"{api_file.name}: {len(cards)} UI twins in example_workflows/"
+    return cards[0]
 
 
 def load_build():
@@ -44,15 +55,28 @@ def graph(workflow: dict) -> dict:
 
 
 def test_every_use_case_ships_both_formats():
-    assert {p.name.removesuffix("_api.json") for p in API_FILES} == USE_CASES
-    for name in USE_CASES:
-        assert (WORKFLOWS / f"{name}.json").is_file()
+    assert {p.name.removesuffix("_api.json") for p in API_FILES} >= USE_CASES
+    assert len(list(CARDS.glob("*.json"))) == len(API_FILES)
+    for api_file in API_FILES:
+        ui_twin(api_file)
+
+
+def test_template_folders_hold_ui_workflows_only():
+    """No API-format file where ComfyUI would show it as a template card (it would open an empty graph)."""
+    for folder in SCANNED:
+        for path in (REPO / folder).glob("*.json"):
+            workflow = json.loads(path.read_text())
+            assert "nodes" in workflow and "links" in workflow, f"{path.relative_to(REPO)} is not a UI workflow"
+            assert folder == "example_workflows", f"{path.relative_to(REPO)}: UI workflows go to example_workflows/"
+            assert path.stem.startswith("Inferix ") and workflow["extra"]["inferix"]["title"]  # the card's title
+            thumbnail = path.with_suffix(".jpg")  # what the Templates dialog shows (workflows/thumbnails.py)
+            assert thumbnail.is_file() and thumbnail.read_bytes()[:3] == b"\xff\xd8\xff", thumbnail.name
 
 
 @pytest.fixture
 def downloaded_models(tmp_path, monkeypatch):
     """Empty stand-ins for every file the workflows' download hints name, in $INFERIX_MODELS_DIR."""
-    for ui_file in WORKFLOWS.glob("*.json"):
+    for ui_file in CARDS.glob("*.json"):
         for node in json.loads(ui_file.read_text()).get("nodes", []):
             for model in node.get("properties", {}).get("models", []):
                 path = tmp_path / model["directory"] / model["name"]
@@ -66,15 +90,14 @@ def test_ui_and_api_twins_match_and_validate(api_file, with_core_nodes, download
     from inferix_core.workflow import load_workflow, validate
 
     api = json.loads(api_file.read_text())
-    ui_file = api_file.with_name(api_file.name.replace("_api.json", ".json"))
-    assert graph(load_workflow(ui_file, with_core_nodes)) == graph(api)
+    assert graph(load_workflow(ui_twin(api_file), with_core_nodes)) == graph(api)
     validate(api, with_core_nodes)
     assert any(getattr(with_core_nodes[n["class_type"]], "OUTPUT_NODE", False) for n in api.values())
 
 
 @pytest.mark.parametrize("api_file", API_FILES, ids=lambda p: p.stem)
 def test_ui_files_carry_download_hints(api_file):
-    ui = json.loads(api_file.with_name(api_file.name.replace("_api.json", ".json")).read_text())
+    ui = json.loads(ui_twin(api_file).read_text())
     for node in ui["nodes"]:
         for model in node.get("properties", {}).get("models", []):
             assert model["url"].startswith("https://") and model["url"].endswith(model["name"])
@@ -97,7 +120,8 @@ def test_ui_files_carry_download_hints(api_file):
 def test_workflows_are_up_to_date(tmp_path, monkeypatch):
     """workflows/build.py regenerates exactly the committed files."""
     build = load_build()
-    monkeypatch.setattr(build, "HERE", tmp_path)
-    build.main()
-    for produced in tmp_path.glob("*.json"):
-        assert produced.read_text() == (WORKFLOWS / produced.name).read_text(), produced.name
+    build.main(ui_dir=tmp_path / "ui", api_dir=tmp_path / "api")
+    for produced, committed in ((tmp_path / "ui", CARDS), (tmp_path / "api", WORKFLOWS / "api")):
+        assert sorted(p.name for p in produced.glob("*.json")) == sorted(p.name for p in committed.glob("*.json"))
+        for path in produced.glob("*.json"):
+            assert path.read_text() == (committed / path.name).read_text(), path.name

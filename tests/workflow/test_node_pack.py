@@ -17,8 +17,9 @@ def test_pack_loads_and_schemas_parse():
 
 
 def test_ui_workflows_convert_to_their_api_twins():
-    """Each workflows/X.json (editor format) converts to exactly workflows/X_api.json."""
+    """Each example_workflows/*.json (editor format) converts to exactly its workflows/api/ twin."""
     import importlib.util
+    import json
     from pathlib import Path
 
     from inferix_core.workflow import load_workflow
@@ -30,11 +31,12 @@ def test_ui_workflows_convert_to_their_api_twins():
     spec.loader.exec_module(build)
     # the pack's nodes, plus the interfaces of the core nodes (Load Image, Load CLIP Vision) some workflows use
     classes = {**load_node_classes(), **build.CORE_NODE_CLASSES}
+    repo = Path(__file__).parents[2]
     pairs = [
-        (p, p.with_name(p.stem + "_api.json"))
-        for p in Path(__file__).parents[2].glob("workflows/*.json")
-        if not p.stem.endswith("_api") and p.with_name(p.stem + "_api.json").is_file()
+        (p, repo / "workflows" / "api" / json.loads(p.read_text())["extra"]["inferix"]["api"])
+        for p in (repo / "example_workflows").glob("*.json")
     ]
+    assert pairs
     for ui_path, api_path in pairs:
         converted = load_workflow(ui_path, classes)
         expected = {

@@ -1,0 +1,27 @@
+"""nodes/comfy_runtime's memory and device functions headless: no ComfyUI, so no-ops and the registry's device."""
+
+from __future__ import annotations
+
+from inferix_nodes import comfy_runtime as rt
+
+
+def test_headless_memory_calls_are_no_ops_and_auto_stays_auto():
+    assert rt.comfy_mm is None
+    assert rt.device_choice("auto") == "auto" and rt.device_choice("cpu") == "cpu"
+    rt.make_room(2**30, "auto")  # a loader's 'auto' device headless: nothing to free, no error
+    rt.make_room(2**30, "cpu")
+
+
+def test_headless_world_models_are_not_wrapped(node_classes, models_dir):
+    (model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(
+        model="causal_wan_tiny.safetensors",
+        vae="wan_vae_tiny.safetensors",
+        preview_decoder="none",
+        text_encoder="bundled",
+        dtype="fp32",
+        attention="sdpa",
+        device="auto",
+    )["result"]
+    assert rt.model_patcher(model) is None
+    rt.ensure_loaded(model, 2**30)  # no ComfyUI: nothing to load through
+    assert rt.estimate_file_bytes(str(models_dir / "diffusion_models" / "causal_wan_tiny.safetensors"), None) > 0
