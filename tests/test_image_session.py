@@ -248,7 +248,7 @@ def test_play_reads_the_start_image_and_clip_vision_of_a_matrix_game_workflow(tm
     from inferix_core.commands import play as play_cmd
     from inferix_core.errors import MissingFileError
 
-    api = Path(__file__).resolve().parents[1] / "workflows" / "matrix_game2_universal_api.json"
+    api = Path(__file__).resolve().parents[1] / "workflows" / "api" / "matrix_game2_universal_api.json"
     models, inputs = tmp_path / "models", tmp_path / "input"
     for rel in ("diffusion_models/base_distilled_model/base_distill.safetensors", "vae/Wan2.1_VAE.pth",
                 "clip_vision/clip_vision_h.safetensors"):  # fmt: skip

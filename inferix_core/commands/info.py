@@ -17,7 +17,7 @@ import torch
 from ..attention.registry import _BACKENDS, attention_backends
 from ..models.registry import FAMILIES, load_world_model
 from .lora_option import add_lora_option
-from .memory_args import add_memory_arguments, memory_settings_from_args
+from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args
 
 
 def register(subparsers: Any) -> None:
@@ -29,17 +29,7 @@ def register(subparsers: Any) -> None:
         "path): also load it and describe it.",
     )
     p.add_argument("model", nargs="?", default=None, help="'bundled' or a transformer checkpoint")
-    p.add_argument(
-        "--family",
-        default="auto",
-        help="model family; auto (default) reads it from the file's content, then its name, and prints why",
-    )
-    p.add_argument(
-        "--weights",
-        default="auto",
-        choices=["auto", "ema", "generator"],
-        help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
-    )
+    add_family_arguments(p)
     p.add_argument("--vae", default=None, help="VAE file to load beside the checkpoint")
     p.add_argument("--text-encoder", default=None, help="umT5 file to load beside the checkpoint")
     p.add_argument("--device", default="cpu", help="where to load the model (cpu by default: info only reads)")

@@ -1,4 +1,4 @@
-"""The memory flags shared by the commands that load a model (`play`, `info`): one spelling everywhere."""
+"""The model-loading flags shared by the commands that load a model (`play`, `info`): one spelling everywhere."""
 
 from __future__ import annotations
 
@@ -38,4 +38,19 @@ def memory_settings_from_args(args: argparse.Namespace) -> MemorySettings:
         resident_blocks=getattr(args, "resident_blocks", None),
         fp8_weights=bool(getattr(args, "fp8_weights", False)),
         text_encoder_placement=getattr(args, "text_encoder_placement", "device"),
+    )
+
+
+def add_family_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--family",
+        default="auto",
+        help="model family of a checkpoint; auto (default) reads it from the file's content, then its name, and "
+        "prints why (`inferix info` lists the families)",
+    )
+    p.add_argument(
+        "--weights",
+        default="auto",
+        choices=["auto", "ema", "generator"],
+        help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
     )

@@ -29,7 +29,7 @@ from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
 from .lora_option import add_lora_option
-from .memory_args import add_memory_arguments, memory_settings_from_args
+from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +104,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="an action lasts one block, then the model's idle action (default: held until the next key)",
     )
-    p.add_argument(
-        "--family",
-        default="auto",
-        help="model family for a checkpoint (see `inferix info`); auto = read from the file, with the reason printed",
-    )
-    p.add_argument(
-        "--weights",
-        default="auto",
-        choices=["auto", "ema", "generator"],
-        help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
-    )
+    add_family_arguments(p)
     p.add_argument("--image", default=None, help="start image of an image-started model (Matrix-Game 2.0)")
     p.add_argument(
         "--clip-vision",

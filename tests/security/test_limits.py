@@ -118,7 +118,7 @@ def test_run_lists_only_its_own_outputs(tmp_path, capsys):
     out = tmp_path / "out"
     (out / "inferix").mkdir(parents=True)
     (out / "inferix" / "someone_else_00001.mp4").write_bytes(b"other run")
-    wf = str(REPO / "workflows" / "quickstart_api.json")
+    wf = str(REPO / "workflows" / "api" / "quickstart_api.json")
     assert main(["run", wf, "--output-dir", str(out), "--no-progress", "--set", "3.num_blocks=1"]) == 0
     printed = capsys.readouterr().out.split("outputs:")[1].split()
     assert [Path(p).name for p in printed] == ["quickstart_00001.mp4"], printed

@@ -112,7 +112,7 @@ def test_cli_run_into_an_uncreatable_folder_is_one_line(tmp_path, capsys):
 
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    wf = os.path.join(os.path.dirname(__file__), "..", "..", "workflows", "quickstart_api.json")
+    wf = os.path.join(os.path.dirname(__file__), "..", "..", "workflows", "api", "quickstart_api.json")
     assert main(["run", wf, "--output-dir", str(blocker / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot create the output folder") and "Traceback" not in err

@@ -22,7 +22,7 @@ import av
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-QUICKSTART = REPO / "workflows" / "quickstart_api.json"
+QUICKSTART = REPO / "workflows" / "api" / "quickstart_api.json"
 RUN_BLOCKS = 40  # long enough to still be running when the signal comes
 BOOT_TIMEOUT_S = 90
 
