@@ -34,7 +34,14 @@ pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-WORKFLOWS = sorted((REPO / "workflows" / "api").glob("*_api.json"))
+# Workflows with core ComfyUI nodes beside ours (Matrix-Game's Load Image + Load CLIP Vision) need a start
+# image and a ComfyUI-layout CLIP vision stand-in this test does not build yet; they run headless end to end
+# in tests/test_matrix_game2_e2e.py and are validated against the node schemas in tests/nodes/test_workflows.py.
+WORKFLOWS = sorted(
+    p
+    for p in (REPO / "workflows" / "api").glob("*_api.json")
+    if all(n["class_type"].startswith("Inferix") for n in json.loads(p.read_text()).values())
+)
 SEED = 31337  # not the files' own seed, so the server's cache cannot answer from another test's run
 SIZE = 64  # px, width and height of every shrunk run
 NUM_BLOCKS = 2  # for runs sized by blocks (seconds = 0)
