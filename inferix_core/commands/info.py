@@ -17,7 +17,7 @@ import torch
 from ..attention.registry import _BACKENDS, attention_backends
 from ..models.registry import FAMILIES, load_world_model
 from .lora_option import add_lora_option
-from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args
+from .memory_args import add_family_arguments, add_memory_arguments, model_flag_kwargs
 
 
 def register(subparsers: Any) -> None:
@@ -49,15 +49,12 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         world_model = load_world_model(
             args.model,
-            family=args.family,
-            weights=args.weights,
             vae_path=args.vae,
             text_encoder_path=args.text_encoder,
             device=args.device,
             dtype=args.dtype,
             fp8=args.fp8,
-            **memory_settings_from_args(args).load_kwargs(),
-            lora=args.lora,
+            **model_flag_kwargs(args),
         )
         print("\nmodel:")
         print(_indent(world_model.describe()))

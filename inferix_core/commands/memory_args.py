@@ -54,3 +54,13 @@ def add_family_arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", "ema", "generator"],
         help="training checkpoints: generator_ema, generator, or auto (what the family's authors run)",
     )
+
+
+def model_flag_kwargs(args: argparse.Namespace) -> dict:
+    """`load_world_model` arguments from the flags `play` and `info` share: family, weights, LoRAs, memory levers."""
+    return {
+        "family": args.family,
+        "weights": args.weights,
+        "lora": args.lora,
+        **memory_settings_from_args(args).load_kwargs(),
+    }

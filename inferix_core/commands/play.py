@@ -29,7 +29,7 @@ from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
 from .lora_option import add_lora_option
-from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args
+from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args, model_flag_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -288,16 +288,13 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
         return _setup_from_workflow(Path(source), args)
     world_model = load_world_model(
         source,
-        family=args.family,
-        weights=args.weights,
         vae_path=args.vae,
         text_encoder_path=args.text_encoder,
         dtype=args.dtype,
         device=args.device,
         fp8=args.fp8,
         compile=args.compile,
-        **memory_settings_from_args(args).load_kwargs(),
-        lora=args.lora,
+        **model_flag_kwargs(args),
     )
     width, height = bundled_size() if source == "bundled" else (None, None)
     return PlaySetup(world_model, width=width, height=height)
