@@ -137,8 +137,9 @@ class BlockSwap:
             self._handles.append(blocks[i].register_forward_pre_hook(self._before))
             self._handles.append(blocks[i].register_forward_hook(self._after))
             cross = getattr(blocks[i], "cross_attn", None)
-            if cross is not None and hasattr(cross, "context_kv"):
-                self._wrap_outside_forward(k, cross, "context_kv")
+            for method in ("context_kv", "image_kv"):  # prompt K/V, and a Wan I2V start image's
+                if cross is not None and hasattr(cross, method):
+                    self._wrap_outside_forward(k, cross, method)
         self._prefetch(0)
         log.info(
             "block swap: %d of %d blocks resident, %d streamed from %s host memory (%.2f GiB on the device, "

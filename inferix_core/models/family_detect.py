@@ -3,8 +3,8 @@
 Every released causal Wan 2.1 model has the same tensors, so no single key tells them apart. The
 evidence is read in this order, and the first rule that recognises something decides:
 
-1. ``weights``   shapes and keys of the tensors (Wan 2.1 14B dims → Krea Realtime 14B; other families,
-   e.g. action-conditioned ones, register their own rule here);
+1. ``weights``   shapes and keys of the tensors (Wan 2.1 14B T2V dims → Krea Realtime 14B; Wan 2.1 I2V's
+   image cross-attention → wan21_i2v; other families, e.g. action-conditioned ones, register their own rule here);
 2. ``metadata``  a family named in the safetensors header (``inferix_family``/``family``, or a fixture's ``info``);
 3. ``config``    a ``config.json`` or the authors' training/inference YAML beside the file;
 4. ``lora``      the authors' LoRA beside the file (LongLive ships ``lora.pt`` with ``generator_lora``);
@@ -100,6 +100,17 @@ def _wan_14b(f: FileFacts):
 def _matrix_game2(f: FileFacts):
     if getattr(f.config, "action_config", None) is not None:
         return "matrix_game2", "action modules in the weights (blocks.N.action_model.*): Matrix-Game 2.0"
+    return None
+
+
+@register_rule("weights")
+def _wan21_i2v(f: FileFacts):
+    c = f.config
+    if c.has_image_input and c.model_type == "i2v" and getattr(c, "action_config", None) is None:
+        return "wan21_i2v", (
+            f"Wan 2.1 I2V weights (img_emb over {c.clip_dim}-wide CLIP tokens, cross_attn.k_img/v_img in all "
+            f"{c.num_layers} blocks, in_dim {c.in_dim}; dim {c.dim})"
+        )
     return None
 
 

@@ -132,6 +132,16 @@ FAMILIES: dict[str, Family] = {
         MATRIX_GAME2_VARIANTS["universal"].sampling,
         MATRIX_GAME2_VARIANTS["universal"].cache,
     ),
+    "wan21_i2v": Family(  # plain Wan 2.1 I2V weights (Wan-AI/Wan2.1-I2V-14B-480P/-720P, ComfyUI repacks)
+        "wan21_i2v",
+        "Wan 2.1 I2V (text prompt + start image + CLIP vision; causal blocks with Self-Forcing's 4 warped steps. The "
+        "released 14B I2V files are bidirectional 40-step models: run causally they need a causal distillation to look "
+        "right, see docs/models.md)",
+        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
+        KVCacheConfig(),
+        weights="generator",  # flat safetensors files: one set of weights
+        reference="Wan-Video/Wan2.1 wan/modules/model.py (WanI2VCrossAttention) as copied in guandeh17/Self-Forcing@33593df",
+    ),
     "bundled": Family(
         "bundled",
         "Inferix bundled toy world model (action-conditioned, CPU-sized)",
@@ -379,6 +389,12 @@ def load_world_model(
         spec = Family(choice.family, variant.description, variant.sampling, variant.cache, fps=16)
     elif choice.family == "matrix_game2":
         raise ConfigError(f"'{path}' has no action modules (blocks.N.action_model.*): it is not a Matrix-Game 2.0 file")
+    if config.has_image_input != (choice.family == "wan21_i2v"):
+        raise ConfigError(
+            f"'{path}' is a Wan 2.1 I2V model (img_emb, cross_attn.k_img/v_img, in_dim 36); use family 'wan21_i2v'"
+            if config.has_image_input
+            else f"'{path}' has no image-conditioning weights (img_emb, cross_attn.k_img): it is not a Wan 2.1 I2V file"
+        )
     transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8, fp8_weights)
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)

@@ -76,6 +76,8 @@ class GenerationRequest:
     # Wan 2.2 TI2V / LongLive 2.0 image start: clean latents (B, k, C, H, W) held as the first k frames of the
     # first generated block, at timestep 0 in every call of that block (the other frames denoise as usual)
     clean_first_latents: torch.Tensor | None = None
+    # Wan 2.1 I2V: CLIP vision tokens (B, 257, clip_dim) of the start image, attended beside the prompt (`context`)
+    image_context: torch.Tensor | None = None
 
 
 @dataclass
@@ -195,7 +197,8 @@ class BlockDiffusionPipeline:
 
         # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
         noise = request.noise or SeededNoise(request.seed, total_shape=shape)
-        state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
+        state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames,
+                                  image_context=request.image_context)  # fmt: skip
         schedule = dict(request.prompt_schedule)
         state.clean_prefix = request.clean_first_latents
 
@@ -237,6 +240,7 @@ class BlockDiffusionPipeline:
         noise: SeededNoise | object | None = None,
         seed: int = 0,
         max_frames: int | None = None,
+        image_context: torch.Tensor | None = None,
     ) -> StreamState:
         """Plan a fresh KV cache and encode the prompt: the state `denoise_block` advances.
 
@@ -244,6 +248,7 @@ class BlockDiffusionPipeline:
             context: (B, L, text_dim) prompt embedding.
             noise: anything with initial() and step(); default per-block draws from SeededNoise(seed).
             max_frames: the run's length when known (sizes a global cache; open-ended streams grow it).
+            image_context: a Wan 2.1 I2V model's start-image CLIP tokens (B, 257, clip_dim), beside the prompt.
         """
         cfg = self.model.config
         if self.sampling.kv_recompute_frames:  # the cache never holds more than K context frames + one block
@@ -265,14 +270,18 @@ class BlockDiffusionPipeline:
         if extend is not None:
             cache = extend(cache, self.cache_config, spec)
         self.kv_cache = cache
-        text = self.model.prepare_context(to_device_async(context, self.device))
+        image = None if image_context is None else to_device_async(image_context, self.device)
+        text = self.model.prepare_context(to_device_async(context, self.device), *(() if image is None else (image,)))
         return StreamState(
             cache, text, noise if noise is not None else SeededNoise(seed), latent_height, latent_width, batch_size
         )
 
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""
-        state.text = self.model.prepare_context(to_device_async(context, self.device))
+        if getattr(state.text, "image_keys", None) is not None:  # Wan I2V: the start image's K/V stay
+            state.text = self.model.prepare_context(to_device_async(context, self.device), keep_image_of=state.text)
+        else:
+            state.text = self.model.prepare_context(to_device_async(context, self.device))
 
     def recache_window(self, state: StreamState, blocks: list[tuple[int, torch.Tensor, torch.Tensor | None]]) -> int:
         """LongLive's KV re-cache under the prompt now in `state`; returns the first frame re-written.

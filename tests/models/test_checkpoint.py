@@ -321,16 +321,20 @@ def i2v_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("layout", ["wan", "diffusers"])
-def test_i2v_refused_unless_allowed(layout, state, tmp_path):
+def test_wan21_i2v_loads_and_flf2v_is_refused_unless_allowed(layout, state, tmp_path):
     sd = i2v_state(state)
     save_wan_checkpoint(sd, tmp_path / "i2v.safetensors", layout)
-    with pytest.raises(CheckpointLayoutError) as e:
-        load_wan_checkpoint(tmp_path / "i2v.safetensors", num_heads=4)
-    msg = str(e.value)
-    assert "image-to-video (i2v)" in msg and "img_emb.proj" in msg and "in_dim=36" in msg and "not supported" in msg
-    got, cfg, _ = load_wan_checkpoint(tmp_path / "i2v.safetensors", num_heads=4, allow_i2v=True)
-    assert cfg.model_type == "i2v" and cfg.has_image_input and cfg.in_dim == 36
+    got, cfg, info = load_wan_checkpoint(tmp_path / "i2v.safetensors", num_heads=4)
+    assert cfg.model_type == "i2v" and cfg.has_image_input and cfg.in_dim == 36 and cfg.clip_dim == 32
+    assert info.family_hints[0] == "i2v"
     assert_same(got, sd)
+    flf = {**sd, "img_emb.emb_pos": torch.randn(1, 514, 32)}
+    save_wan_checkpoint(flf, tmp_path / "flf2v.safetensors", layout)
+    with pytest.raises(CheckpointLayoutError) as e:
+        load_wan_checkpoint(tmp_path / "flf2v.safetensors", num_heads=4)
+    assert "first-last-frame-to-video (flf2v)" in str(e.value) and "emb_pos" in str(e.value)
+    _, cfg, _ = load_wan_checkpoint(tmp_path / "flf2v.safetensors", num_heads=4, allow_i2v=True)
+    assert cfg.model_type == "flf2v"
 
 
 def test_integer_quantised_weights_refused(state, tmp_path):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ...attention import get_attention_backend
-from ...errors import BackendUnavailableError, ConfigError
+from ...errors import BackendUnavailableError, ConfigError, ShapeMismatchError
 from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput, action_inputs
 from .config import WanConfig
 from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoidal_embedding
@@ -23,10 +23,43 @@ from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoida
 
 @dataclass
 class CrossAttentionCache:
-    """Per-layer text K/V for one prompt, computed once and reused by every call (prompt → K/V)."""
+    """Per-layer text K/V for one prompt, computed once and reused by every call (prompt → K/V).
+
+    Wan 2.1 I2V models also cross-attend to the CLIP tokens of their start image with K/V of their own
+    (`k_img`/`v_img`): those are `image_keys`/`image_values`, kept across prompt switches.
+    """
 
     keys: list[torch.Tensor]  # per layer (B, L_text, H, D)
     values: list[torch.Tensor]
+    image_keys: list[torch.Tensor] | None = None  # per layer (B, 257, H, D); Wan I2V only
+    image_values: list[torch.Tensor] | None = None
+
+
+@dataclass
+class StartImageBlockInput:
+    """A Wan 2.1 I2V call's per-chunk input: cond_concat (B, 20, n, H, W) = [mask (4) ; start-image latent (16)]
+    of the chunk's latent frames, concatenated to the noisy latents (in_dim 36), as `MatrixGameBlockInput`
+    without the actions."""
+
+    cond_concat: torch.Tensor
+
+    def to(self, device, dtype: torch.dtype | None = None) -> StartImageBlockInput:
+        return StartImageBlockInput(self.cond_concat.to(device=device, dtype=dtype or self.cond_concat.dtype))
+
+
+@dataclass
+class StartImageConditioning:
+    """One Wan 2.1 I2V run's cond_concat (B, 20, F, H, W); the pipeline slices it per block (`for_block`)."""
+
+    cond_concat: torch.Tensor
+
+    def for_block(self, start_frame: int, num_frames: int) -> StartImageBlockInput:
+        end = start_frame + num_frames
+        if end > self.cond_concat.shape[2]:
+            raise ShapeMismatchError(
+                f"cond_concat covers {self.cond_concat.shape[2]} latent frames; the block needs frames up to {end}"
+            )
+        return StartImageBlockInput(self.cond_concat[:, :, start_frame:end])
 
 
 class _Attention(nn.Module):
@@ -67,16 +100,37 @@ class SelfAttention(_Attention):
 
 
 class CrossAttention(_Attention):
+    """Attention to the text (or Matrix-Game's image) context; Wan I2V (`WanI2VCrossAttention`) adds a second
+    attention of the same queries to the start image's CLIP tokens, with K/V projections of its own, and sums
+    the two before the output projection."""
+
+    def __init__(self, config: WanConfig):
+        super().__init__(config)
+        if config.has_image_input:
+            d = config.dim
+            self.k_img, self.v_img = nn.Linear(d, d), nn.Linear(d, d)
+            self.norm_k_img = RMSNorm(d, config.eps) if config.qk_norm else nn.Identity()
+
     def context_kv(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b = context.shape[0]
         k = self.norm_k(self.k(context)).view(b, -1, self.num_heads, self.head_dim)
         v = self.v(context).view(b, -1, self.num_heads, self.head_dim)
         return k, v
 
-    def forward(self, x, k, v):
+    def image_kv(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of the projected CLIP tokens (B, 257, dim) of a Wan I2V model's start image."""
+        b = tokens.shape[0]
+        k = self.norm_k_img(self.k_img(tokens)).view(b, -1, self.num_heads, self.head_dim)
+        v = self.v_img(tokens).view(b, -1, self.num_heads, self.head_dim)
+        return k, v
+
+    def forward(self, x, k, v, k_img=None, v_img=None):
         b = x.shape[0]
         q = self.norm_q(self.q(x)).view(b, -1, self.num_heads, self.head_dim)
-        return self.o(self.attend(q, k, v).flatten(2))
+        out = self.attend(q, k, v)
+        if k_img is not None:
+            out = out + self.attend(q, k_img, v_img)
+        return self.o(out.flatten(2))
 
 
 class AttentionBlock(nn.Module):
@@ -96,7 +150,8 @@ class AttentionBlock(nn.Module):
         )
         self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)
 
-    def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None, action: ActionInputs | None = None):
+    def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None, action: ActionInputs | None = None,
+                img_k=None, img_v=None):  # fmt: skip
         # x: (B, F*HW, C); e0: (B, F, 6, C) -> six (B, F, 1, C) rows, one per frame
         e = (self.modulation.unsqueeze(1) + e0).chunk(6, dim=2)
 
@@ -105,7 +160,7 @@ class AttentionBlock(nn.Module):
 
         y = self.self_attn((per_frame(self.norm1(x)) * (1 + e[1]) + e[0]).flatten(1, 2), freqs, kv, mask)
         x = x + (per_frame(y) * e[2]).flatten(1, 2)
-        x = x + self.cross_attn(self.norm3(x), ctx_k, ctx_v)
+        x = x + self.cross_attn(self.norm3(x), ctx_k, ctx_v, img_k, img_v)
         if self.action_model is not None:
             x = self.action_model(x, action)  # its own residuals, neither gated nor modulated
         y = self.ffn((per_frame(self.norm2(x)) * (1 + e[4]) + e[3]).flatten(1, 2))
@@ -159,6 +214,8 @@ class CausalWanTransformer(nn.Module):
             self.text_embedding = nn.Sequential(
                 nn.Linear(config.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d)
             )
+            if config.has_image_input:  # Wan 2.1 I2V: the start image's CLIP tokens beside the text
+                self.img_emb = ImageProjection(config.clip_dim, d)
         self.time_embedding = nn.Sequential(nn.Linear(config.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
         self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
         if config.action_dim:
@@ -179,13 +236,45 @@ class CausalWanTransformer(nn.Module):
             context = torch.cat([context, pad], dim=1)
         return self.text_embedding(context)
 
-    def prepare_context(self, context: torch.Tensor) -> CrossAttentionCache:
+    def prepare_context(
+        self,
+        context: torch.Tensor,
+        image_tokens: torch.Tensor | None = None,
+        *,
+        keep_image_of: CrossAttentionCache | None = None,
+    ) -> CrossAttentionCache:
         """Compute every layer's cross-attention K/V once: for a prompt embedding (B, L, text_dim), or for
-        image-context models the CLIP tokens (B, L, clip_dim) of the start image."""
-        context = context.to(self.patch_embedding.weight.dtype)
-        ctx = self.img_emb(context) if self.config.image_context else self.embed_text(context)
+        image-context models the CLIP tokens (B, L, clip_dim) of the start image.
+
+        Wan 2.1 I2V models take both: the prompt as `context` and the start image's CLIP tokens (B, 257,
+        clip_dim) as `image_tokens`; a prompt switch passes `keep_image_of=` the current cache instead, so the
+        image's K/V are reused.
+        """
+        cfg, dtype = self.config, self.patch_embedding.weight.dtype
+        context = context.to(dtype)
+        ctx = self.img_emb(context) if cfg.image_context else self.embed_text(context)
         kvs = [block.cross_attn.context_kv(ctx) for block in self.blocks]
-        return CrossAttentionCache([k for k, _ in kvs], [v for _, v in kvs])
+        cache = CrossAttentionCache([k for k, _ in kvs], [v for _, v in kvs])
+        if not cfg.has_image_input:
+            if image_tokens is not None:
+                raise ConfigError("this model takes no CLIP image tokens beside its context; drop image_tokens")
+            return cache
+        if image_tokens is not None:
+            if image_tokens.dim() != 3 or image_tokens.shape[-1] != cfg.clip_dim:
+                raise ShapeMismatchError(
+                    f"CLIP image tokens have shape {tuple(image_tokens.shape)}; expected (B, 257, {cfg.clip_dim})"
+                )
+            tokens = self.img_emb(image_tokens.to(dtype))
+            ikv = [block.cross_attn.image_kv(tokens) for block in self.blocks]
+            cache.image_keys, cache.image_values = [k for k, _ in ikv], [v for _, v in ikv]
+        elif keep_image_of is not None and keep_image_of.image_keys is not None:
+            cache.image_keys, cache.image_values = keep_image_of.image_keys, keep_image_of.image_values
+        else:
+            raise ConfigError(
+                "this Wan I2V model cross-attends to its start image as well as the prompt: give the image's CLIP "
+                "vision tokens (clip_vision_h, 257 tokens) with the prompt"
+            )
+        return cache
 
     def extend_kv_cache(self, cache, cache_config, spec):
         """The cache a pipeline should use: `cache` itself, or with Matrix-Game's action caches around it."""
@@ -214,7 +303,8 @@ class CausalWanTransformer(nn.Module):
             kv_cache: cache whose `begin(start_frame, F)` the caller has run, or None (attend within x).
             start_frame: absolute index of the chunk's first latent frame (RoPE temporal position).
             action: (B, F, action_dim) for the bundled model's action embedding; for Matrix-Game models a
-                MatrixGameBlockInput (cond_concat slice + action rows) whose cond_concat is concatenated to x.
+                MatrixGameBlockInput (cond_concat slice + action rows) whose cond_concat is concatenated to x;
+                for Wan 2.1 I2V models a StartImageBlockInput (the chunk's cond_concat), concatenated the same way.
             frame_positions: (F,) explicit temporal positions (teacher forcing); default start_frame + arange(F).
             attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None.
         Returns:
@@ -226,6 +316,17 @@ class CausalWanTransformer(nn.Module):
         if isinstance(context, torch.Tensor):
             context = self.prepare_context(context)
         game = None
+        if cfg.has_image_input:  # Wan 2.1 I2V: [noise (16) ; mask (4) ; image latent (16)], text + image context
+            if not isinstance(action, StartImageBlockInput):
+                raise ConfigError(
+                    "this Wan I2V model needs action=StartImageBlockInput(cond_concat) of the start image"
+                )
+            if context.image_keys is None:
+                raise ConfigError("this Wan I2V model needs the start image's K/V: prepare_context(text, image_tokens)")
+            x = torch.cat([x, action.cond_concat.to(x.dtype)], dim=1)
+            action = None
+        elif isinstance(action, StartImageBlockInput):
+            raise ConfigError("start-image conditioning was given but this model has no image input (in_dim 16)")
         if isinstance(action, MatrixGameBlockInput):
             if cfg.action_config is None:
                 raise ConfigError("Matrix-Game conditioning was given but this model has no action modules")
@@ -266,7 +367,8 @@ class CausalWanTransformer(nn.Module):
             if actions is not None and block.action_model is not None:
                 mouse_kv, keyboard_kv = kv_cache.action_views(i) if kv_cache is not None else (None, None)
                 act = actions._replace(mouse_kv=mouse_kv, keyboard_kv=keyboard_kv)
-            x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask, act)
+            img = (context.image_keys[i], context.image_values[i]) if context.image_keys is not None else ()
+            x = block(x, e0, freqs, context.keys[i], context.values[i], grid[0], kv, attn_mask, act, *img)
         # 5. head + unpatchify: feature j = ((p*ph + q)*pw + r)*C_out + c lands at (c, f*pt+p, h*ph+q, w*pw+r)
         out = self.head(x, e.unflatten(0, timestep.shape).unsqueeze(2), grid[0])  # (B, F, hw, out)
         if sp is not None:

@@ -203,14 +203,10 @@ def _read_config(path: Path, src: TensorSource, num_heads: int | None, allow_i2v
             logger.warning("%s: num_heads=%d overrides %d from %s", path.name, num_heads, meta_heads, heads_from)
         heads_from = "argument"
     config = infer_wan_config(shapes, num_heads if num_heads is not None else meta_heads, text_len or 512)
-    if config.has_image_input and not allow_i2v:
-        img = sorted(k for k in shapes if k.startswith("img_emb."))
-        per_block = sum(1 for k in shapes if k.endswith("cross_attn.k_img.weight"))
+    if config.model_type == "flf2v" and not allow_i2v:
         raise CheckpointLayoutError(
-            f"{name} is an image-to-video ({config.model_type}) Wan model: found {len(img)} img_emb.* tensors "
-            f"(e.g. '{img[0]}'), cross_attn.k_img/v_img in {per_block} blocks and in_dim={config.in_dim}. "
-            "I2V is not supported yet; use a text-to-video (t2v) checkpoint, or pass allow_i2v=True to load "
-            "the weights anyway."
+            f"{name} is a first-last-frame-to-video (flf2v) Wan model (img_emb.emb_pos: two start images); only "
+            "single-image Wan 2.1 I2V (and T2V) weights run here. Pass allow_i2v=True to read the weights anyway."
         )
     _check_metadata_config(config, src.metadata, name)
     check_wan_shapes(shapes, config, name)
@@ -266,8 +262,8 @@ def load_wan_checkpoint(
             config.json beside the file, or dim / 128 (shapes alone can't tell; see infer_wan_config).
         keep_fp8: keep fp8 weights as stored and return `<layer>.scale_weight` (float32) beside each
             one, for an fp8 GEMM path; other tensors still go to `dtype`.
-        allow_i2v: accept image-conditioned (I2V/FLF2V) weights; refused by default since the
-            engine does not run them yet.
+        allow_i2v: also read Wan FLF2V weights (two start images), which the engine does not run; Wan 2.1
+            I2V weights (one start image, `k_img`/`v_img`) load without it.
         container: which dict of a training checkpoint to read (`generator_ema`, `generator`); None takes
             the first of CONTAINER_KEYS present. Asking for one the file lacks is an error naming what it holds.
     """

@@ -34,7 +34,9 @@ class WanConfig:
     # per-frame action vector whose output is added to the timestep embedding, so it modulates every
     # block. 0 = no action input.
     action_dim: int = 0
-    # Image conditioning (I2V): CLIP image embedding projection and extra latent channels.
+    # Wan 2.1 I2V: the projected CLIP tokens of the start image (`img_emb`, input width clip_dim) beside the
+    # text, attended with their own K/V (`cross_attn.k_img/v_img/norm_k_img`), and in_dim 36 (noise +
+    # cond_concat). model_type "i2v"; "flf2v" (two images, `img_emb.emb_pos`) is refused by the loader.
     has_image_input: bool = False
     # Matrix-Game 2.0 (image-started, action-driven): the projected CLIP tokens (`img_emb`, input width
     # clip_dim) are the whole cross-attention context (no text embedding, no k_img/v_img), and the blocks
@@ -105,8 +107,10 @@ class WanConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["patch_size"] = list(self.patch_size)
-        if self.action_config is None:  # only Matrix-Game configs carry these two
-            del d["action_config"], d["clip_dim"]
+        if self.action_config is None:  # only Matrix-Game configs carry these two (I2V: clip_dim too)
+            del d["action_config"]
+            if not self.has_image_input:
+                del d["clip_dim"]
         else:
             d["action_config"] = self.action_config.to_dict()
         return {**d.pop("extra"), **d}  # extra keys flat, so from_dict(to_dict(c)) == c
