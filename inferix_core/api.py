@@ -23,7 +23,7 @@ from .cache import KVCacheConfig, MemoryPlan, plan_memory
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from .controls import ControlChannel
 from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, ShapeMismatchError
-from .image_world import MatrixGameInputs, takes_start_image
+from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image, takes_start_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
@@ -302,7 +302,9 @@ def generate_video(
             the video starts from and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens); the
             actions are then an ActionSchedule of keys/mouse, per-pixel-frame rows, or a
             `controls.ControlChannel` read at each block boundary (live control)
-            (`inferix_core.image_world`). Other models refuse an image.
+            (`inferix_core.image_world`). A Wan 2.1 I2V model (family wan21_i2v) takes the prompt (or a
+            prompt schedule: the image's K/V stay) and the start image with its CLIP vision, no actions.
+            Other models refuse an image.
             For a TI2V model (Wan 2.2, 48 latent channels)
             one image is held instead as the clean first latent of the first block (LongLive 2.0's image start).
 
@@ -334,7 +336,14 @@ def generate_video(
                 initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
         num_initial = 0 if initial_latents is None else initial_latents.shape[1]
         image_inputs = None
-        if start_image is not None or takes_start_image(world_model):
+        if takes_prompt_and_image(world_model):  # Wan 2.1 I2V: prompt (schedules too) + start image, no actions
+            if num_initial:
+                raise ConfigError("a Wan 2.1 I2V model starts from its start image; it takes no start frames")
+            if actions is not None:
+                raise ConfigError("a Wan 2.1 I2V model takes no actions; drop the action schedule")
+            image_inputs = StartImageInputs(world_model, start_image, width, height, clip_vision)
+            action_tensor = image_inputs.for_block
+        elif start_image is not None or takes_start_image(world_model):
             if num_initial or isinstance(prompt, PromptSchedule):
                 raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
             image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
@@ -367,7 +376,7 @@ def generate_video(
     stage = prof.stage
     # 2. text conditioning
     with stage("text_encode"):
-        if image_inputs is not None:  # the start image's CLIP tokens take the place of text
+        if isinstance(image_inputs, MatrixGameInputs):  # the start image's CLIP tokens take the place of text
             if prompt:
                 log.info("this model is steered by its start image and actions; the prompt text is ignored")
             context, schedule = image_inputs.visual_context, []
@@ -387,6 +396,7 @@ def generate_video(
         initial_latents=initial_latents,
         recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
         clean_first_latents=clean_first,
+        image_context=image_inputs.visual_context if isinstance(image_inputs, StartImageInputs) else None,
     )
     pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
     # 3. a streaming decoder that keeps its causal cache across blocks

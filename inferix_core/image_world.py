@@ -25,6 +25,7 @@ from .controls import ActionTrack, Control, ControlChannel, ControlSpec, PixelFr
 from .errors import ConfigError
 from .image_conditioning import StartImageLatents, start_image_pixels
 from .models.wan.action_module import MatrixGameBlockInput
+from .models.wan.causal_transformer import StartImageBlockInput
 from .schedules import ActionSchedule, BlockTiming
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ def takes_start_image(world_model: Any) -> bool:
     """Image-started models read 16 noise channels + 20 of cond_concat (Wan I2V's in_dim 36)."""
     cfg = getattr(world_model, "config", None)
     return cfg is not None and getattr(cfg, "in_dim", 16) == 2 * getattr(cfg, "out_dim", 16) + 4
+
+
+def takes_prompt_and_image(world_model: Any) -> bool:
+    """Wan 2.1 I2V: a text prompt and a start image (cond_concat + its CLIP tokens beside the prompt), no actions."""
+    return bool(getattr(getattr(world_model, "config", None), "has_image_input", False))
 
 
 def visual_tokens(clip_vision: Any, pixels: torch.Tensor) -> torch.Tensor:
@@ -129,4 +135,31 @@ class MatrixGameInputs:
         return MatrixGameBlockInput(self.start.cond_concat(start, num_frames), rows.keyboard, rows.mouse)
 
 
-__all__ = ["DEFAULT_SIZE", "MatrixGameInputs", "takes_start_image", "visual_tokens"]
+class StartImageInputs:
+    """A Wan 2.1 I2V run's start image: cond_concat per block, and the CLIP tokens the model attends beside the
+    prompt (the pipeline's `image_context`).
+
+    The pixels go through the same resize-crop as Matrix-Game's (`start_image_pixels`, to the video size) for both
+    the VAE and CLIP. Wan 2.1's own `image2video.py` instead resizes the image to the video size without a crop
+    (bicubic) for the VAE and gives CLIP the image as loaded: with an image already of the video's aspect ratio
+    the two differ only by the resampling filter.
+    """
+
+    def __init__(self, world_model: Any, image: Any, width: int, height: int, clip_vision: Any = None):
+        if not takes_prompt_and_image(world_model):
+            raise ConfigError("this model has no image cross-attention (k_img/v_img): it is not a Wan 2.1 I2V model")
+        if image is None:
+            raise ConfigError("this Wan 2.1 I2V model starts from an image: connect a start image (e.g. Load Image)")
+        self.pixels = start_image_pixels(image, height, width)
+        self.start = StartImageLatents(world_model.vae, self.pixels)
+        self.visual_context = visual_tokens(clip_vision, self.pixels)
+
+    def for_block(self, start: int, num_frames: int) -> StartImageBlockInput:
+        """cond_concat (mask + start-image latents) of latent frames [start, start + num_frames)."""
+        return StartImageBlockInput(self.start.cond_concat(start, num_frames))
+
+
+__all__ = [
+    "DEFAULT_SIZE", "MatrixGameInputs", "StartImageInputs", "takes_prompt_and_image", "takes_start_image",
+    "visual_tokens",
+]  # fmt: skip

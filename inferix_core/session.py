@@ -24,7 +24,7 @@ from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbe
 from .cache import KVCacheConfig
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
-from .image_world import MatrixGameInputs, takes_start_image
+from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image, takes_start_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
@@ -83,7 +83,8 @@ class InteractiveSession:
             None = no action input.
         prompt_encoder: text → (1, L, text_dim); default `api.encode_prompt` with the model's text encoder.
         profiler: a Profiler; `on_run_start` is called here and `on_run_end` by `close()`.
-        start_image, clip_vision: image-started keyboard/mouse models (Matrix-Game 2.0): the start image
+        start_image, clip_vision: Wan 2.1 I2V models (prompt + start image, no actions) and image-started
+            keyboard/mouse models (Matrix-Game 2.0): the start image
             and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens). Such a session is steered
             by `control(...)` events instead of named actions (`inferix_core.controls.LiveControls`).
     """
@@ -121,7 +122,11 @@ class InteractiveSession:
         # image-started keyboard/mouse models: start-image conditioning, an action track and live controls
         self._image: MatrixGameInputs | None = None
         self._controls: LiveControls | None = None
-        if start_image is not None or takes_start_image(world_model):
+        # Wan 2.1 I2V: the start image's cond_concat per block and its CLIP tokens beside the prompt
+        self._start: StartImageInputs | None = None
+        if takes_prompt_and_image(world_model):
+            self._start = StartImageInputs(world_model, start_image, width, height, clip_vision)
+        elif start_image is not None or takes_start_image(world_model):
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
         spec = self._image.spec if self._image is not None else None
@@ -153,7 +158,8 @@ class InteractiveSession:
                 context = encode_prompt(world_model, prompt)
             else:
                 context = self._encode(prompt)
-        self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed))
+        image = self._start.visual_context if self._start is not None else None
+        self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed), image_context=image)
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
@@ -253,6 +259,8 @@ class InteractiveSession:
             self.control_log.append(self._image.track.block_controls[-1])
             action = self._image.for_block(self.state.next_frame, n)
             name = "+".join(control.keys) or "none"
+        elif self._start is not None:  # Wan 2.1 I2V: no actions, the start image's latents of this block
+            action, name = self._start.for_block(self.state.next_frame, n), None
         else:
             action = None if name is None else actions_to_tensor(self.world_model, [name], n)
         # 3. denoise the block and write its clean K/V
