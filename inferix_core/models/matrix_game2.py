@@ -31,7 +31,9 @@ commit 3ceb3114, the last Skywork-authored commit):
 | gta_drive | 2 (W, S) | yes   | 1000, 666, 333           | 5.0   | 4      | 0    | gta_distilled_model/gta_keyboard2dim.safetensors      |
 | templerun | 7        | no    | 1000, 750, 500, 250      | 5.0   | 6      | 0    | templerun_distilled_model/templerun_7dim_onlykey.safetensors |
 
-All: 3 latent frames per block, context_noise 0, 16 fps video (4 pixel frames per latent frame).
+All: 3 latent frames per block, context_noise 0, 16 fps video (4 pixel frames per latent frame). The file
+names are not in Skywork's code; docs/matrix_game2.md says where they are confirmed (the variant is read from
+the weights, never from the name).
 """
 
 from __future__ import annotations

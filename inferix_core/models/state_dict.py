@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..errors import CheckpointLayoutError
+from ..errors import CheckpointLayoutError, ConfigError
 from .fp8 import quantize_linears_fp8
 from .registry import (
     WorldModel,
@@ -41,7 +41,7 @@ def wan_state_from_tensors(
     text_len: int = 512,
     dtype: torch.dtype = torch.float32,
 ):
-    """(canonical state dict in `dtype`, WanConfig, layout name) of Wan 2.1 T2V weights under any known layout."""
+    """(canonical state dict in `dtype`, WanConfig, layout name) of Wan 2.1 T2V or I2V weights under any known layout."""
     plan, layout = _plan_keys(DictSource(tensors, "state_dict", None), source)
     if plan.scales:
         raise CheckpointLayoutError(
@@ -51,10 +51,10 @@ def wan_state_from_tensors(
     if "patch_embedding.weight" not in shapes:
         raise CheckpointLayoutError(f"{source}: no tensor maps to 'patch_embedding.weight'. {EXPECTED_LAYOUTS_TEXT}")
     config = infer_wan_config(shapes, num_heads, text_len)
-    if config.has_image_input:
+    if config.model_type == "flf2v":
         raise CheckpointLayoutError(
-            f"{source} is an image-to-video ({config.model_type}) Wan model; Inferix runs text-to-video causal "
-            "Wan 2.1 weights only (Self-Forcing, CausVid, LongLive). Use a T2V checkpoint."
+            f"{source} is a first-last-frame-to-video (flf2v) Wan model (img_emb.emb_pos: two start images); only "
+            "single-image Wan 2.1 I2V and T2V weights run here."
         )
     check_wan_shapes(shapes, config, source)
     state = {}
@@ -93,6 +93,12 @@ def world_model_from_state_dict(
     state, config, layout = wan_state_from_tensors(
         tensors, source=source, num_heads=num_heads, text_len=text_len, dtype=dt
     )
+    if config.has_image_input != (family == "wan21_i2v"):
+        raise ConfigError(
+            f"{source} is a Wan 2.1 I2V model (img_emb, cross_attn.k_img/v_img, in_dim 36); set family wan21_i2v"
+            if config.has_image_input
+            else f"{source} has no image-conditioning weights (img_emb, cross_attn.k_img): family wan21_i2v needs them"
+        )
     transformer = _build_transformer(config, state, dev, dt, attention)
     if fp8:
         quantize_linears_fp8(transformer)

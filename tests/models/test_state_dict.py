@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -42,5 +44,18 @@ def test_image_to_video_and_leftover_fp8_scales_are_refused():
     with pytest.raises(CheckpointLayoutError, match="dequantise"):
         world_model_from_state_dict(scaled, num_heads=2, text_len=8, device="cpu")
     i2v = {**state, "img_emb.proj.0.weight": torch.ones(1280), "img_emb.proj.0.bias": torch.ones(1280)}
-    with pytest.raises(CheckpointLayoutError, match="image-to-video"):
+    with pytest.raises(CheckpointLayoutError, match="missing"):  # an incomplete image branch
         world_model_from_state_dict(i2v, num_heads=2, text_len=8, device="cpu")
+
+
+def test_wan21_i2v_weights_need_their_family():
+    from inferix_core.errors import ConfigError
+    from inferix_core.models.wan.causal_transformer import CausalWanTransformer
+
+    cfg = dataclasses.replace(CFG, model_type="i2v", in_dim=36, has_image_input=True, clip_dim=16)
+    state = {k: torch.randn_like(v) for k, v in CausalWanTransformer(cfg).state_dict().items()}
+    with pytest.raises(ConfigError, match="set family wan21_i2v"):
+        world_model_from_state_dict(state, num_heads=cfg.num_heads, text_len=cfg.text_len, device="cpu")
+    world = world_model_from_state_dict(state, family="wan21_i2v", num_heads=cfg.num_heads, text_len=cfg.text_len,
+                                        device="cpu")  # fmt: skip
+    assert world.config == cfg and all(torch.equal(world.transformer.state_dict()[k], v) for k, v in state.items())

@@ -15,6 +15,7 @@ Neither file name carries a hint: the family comes from the weights. The 14B dim
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,7 @@ def test_released_layouts_resolve_to_wan21_i2v(layout, state, tmp_path):
     world = load_world_model(path, device="cpu", dtype="fp32")
     assert world.family == "wan21_i2v" and world.config == TINY_I2V
     assert world.sampling == FAMILIES["wan21_i2v"].sampling
+    assert sum(p.numel() for p in world.transformer.parameters()) == TINY_I2V.num_parameters()
     got = world.transformer.state_dict()
     assert all(torch.equal(got[k], state[k].float()) for k in state)
 
@@ -103,6 +105,9 @@ def test_the_14b_config_is_read_from_the_shapes():
     assert "blocks.39.cross_attn.norm_k_img.weight" in shapes and shapes["img_emb.proj.1.weight"] == (1280, 1280)
     cfg = infer_wan_config(shapes)
     assert cfg == WAN21_I2V_14B and cfg.num_heads == 40 and cfg.head_dim == 128
+    # 16.39e9 parameters: Comfy-Org's fp16 file is 32.8 GB; the memory planner counts the image branch too
+    assert cfg.num_parameters() == sum(math.prod(s) for s in shapes.values())
+    assert 32.7e9 < 2 * cfg.num_parameters() < 32.9e9
     choice = detect_family(FileFacts(Path("x.safetensors"), cfg, frozenset(shapes)), FAMILIES)
     assert choice.family == "wan21_i2v"
     t2v = infer_wan_config({k: v for k, v in expected_wan_shapes(WanConfig(dim=5120, ffn_dim=13824, num_heads=40,

@@ -140,3 +140,24 @@ def test_the_image_and_the_prompt_both_steer(path):
     with pytest.raises(Exception, match="CLIP vision tokens"):
         model.prepare_context(t["text_context"])
     assert p["num_blocks"] >= 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_pipeline_parity_on_cuda(path):
+    """The same run on the GPU: fp32 (TF32 off) within 1e-4 of the authors', bf16 within bf16 tolerance of it."""
+    info, t, model = _model(path)
+    p = info["pipeline"]
+    B, _F, _C, H, W = p["latent_shape"]
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    scale = float(t["output_latents"].abs().max())
+    for dtype, tol in ((torch.float32, ATOL), (torch.bfloat16, 0.1 * scale)):  # bf16: 10 % of the output range
+        m = model.to("cuda", dtype)
+        req = GenerationRequest(
+            num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t["text_context"].to(dtype),
+            batch_size=B, noise=FixtureNoise(t), image_context=t["clip_tokens"].to(dtype),
+            actions=StartImageConditioning(t["cond_concat"].to(dtype)),
+        )  # fmt: skip
+        out = BlockDiffusionPipeline(m, sampling_from(p), cache_from(p)).generate(req).float().cpu()
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out, t["output_latents"], atol=tol, rtol=0)

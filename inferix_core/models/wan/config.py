@@ -91,10 +91,11 @@ class WanConfig:
         d, f = self.dim, self.ffn_dim
         attn = 4 * (d * d + d) + (2 * d if self.qk_norm else 0)  # q k v o + qk norms
         norm3 = 2 * d if self.cross_attn_norm else 0
-        return 2 * attn + norm3 + (d * f + f + f * d + d) + 6 * d  # self, cross, norm3, ffn, modulation
+        image = 2 * (d * d + d) + (d if self.qk_norm else 0) if self.has_image_input else 0  # I2V k_img, v_img
+        return 2 * attn + image + norm3 + (d * f + f + f * d + d) + 6 * d  # self, cross, norm3, ffn, modulation
 
     def num_parameters(self) -> int:
-        """Parameter count of the transformer (no action or image branches)."""
+        """Parameter count of the transformer (no action branches; Wan I2V's image branch included)."""
         d, L = self.dim, self.num_layers
         pt, ph, pw = self.patch_size
         block = self.block_parameters()
@@ -102,7 +103,9 @@ class WanConfig:
         text = 0 if self.image_context else self.text_dim * d + d + d * d + d
         time = self.freq_dim * d + d + d * d + d + d * 6 * d + 6 * d
         head = d * pt * ph * pw * self.out_dim + pt * ph * pw * self.out_dim + 2 * d
-        return L * block + embed + text + time + head
+        c = self.clip_dim
+        image = 2 * c + c * c + c + c * d + d + 2 * d if self.has_image_input else 0  # img_emb of Wan I2V
+        return L * block + embed + text + time + head + image
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
