@@ -13,8 +13,9 @@ instead of `from_pretrained` files, and a fixed random prompt embedding instead 
 the latents (no decode); "end to end" times it with the Wan VAE architecture (random weights) doing
 its one full decode at the end, which is when the reference shows its first frame.
 
-Import shims (only where the package is missing on the GPU machine): `diffusers` (the model base
-classes: plain nn.Module and a no-op config decorator) and `ftfy` (text cleaning, unused here); the
+Import shims (bench/fixtures/refgen.py, shared with the fixture generators; only where the package is
+missing on the GPU machine): `diffusers` (the model base classes: plain nn.Module and a config decorator
+that keeps the constructor arguments, as diffusers does) and `ftfy` (text cleaning, unused here); the
 `wan` and `wan.modules` package initialisers are skipped because they import the whole model zoo.
 Without flash-attn, the reference's cross-attention (which calls `flash_attention` directly and
 asserts flash-attn) is routed to its own `attention()`, whose fallback is torch SDPA: the reference
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
 import io
 import json
 import statistics
@@ -38,6 +38,9 @@ import types
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import refgen  # the import shims shared with the fixture generators
 
 WAN_13B = dict(
     model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=1536, ffn_dim=8960, freq_dim=256,
@@ -48,59 +51,10 @@ PIXEL_FRAMES = 81
 
 
 # -- the reference ----------------------------------------------------------------------------------
-def _module(name: str, **attrs) -> types.ModuleType:
-    mod = types.ModuleType(name)
-    mod.__dict__.update(attrs)
-    sys.modules[name] = mod
-    return mod
-
-
 def _install_import_shims(ref: Path) -> None:
-    if str(ref) in sys.path:  # already installed by an earlier run in this process
-        return
-    sys.path.insert(0, str(ref))
-    if importlib.util.find_spec("diffusers") is None:
-
-        class ModelMixin(torch.nn.Module):
-            gradient_checkpointing = False
-
-        class ConfigMixin:
-            pass
-
-        _module("diffusers")
-        _module("diffusers.configuration_utils", ConfigMixin=ConfigMixin, register_to_config=lambda fn: fn)
-        _module("diffusers.models")
-        _module("diffusers.models.modeling_utils", ModelMixin=ModelMixin)
-    if importlib.util.find_spec("ftfy") is None:
-        _module("ftfy", fix_text=lambda text: text)
-    for pkg in ("wan", "wan/modules"):
-        _module(pkg.replace("/", "."), __path__=[str(ref / pkg)])
-
-
-def _load_file(name: str, path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-class _PromptEmbedding(torch.nn.Module):
-    """Stands in for the reference's umT5 encoder: one fixed random embedding (outside the timing)."""
-
-    def __init__(self, embedding: torch.Tensor):
-        super().__init__()
-        self.embedding = embedding
-
-    def forward(self, text_prompts):
-        return {"prompt_embeds": self.embedding}
-
-
-class _NoDecode(torch.nn.Module):
-    """Returns the latents as 'pixels' so that `inference()` times the diffusion alone."""
-
-    def decode_to_pixel(self, latent, use_cache=False):
-        return latent
+    """The shared diffusers/ftfy stubs of the reference runs (bench/fixtures/refgen.py); `wan` and
+    `wan.modules` package initialisers skipped (they import the whole model zoo)."""
+    refgen.install_shims(ref, ["wan", "wan/modules"])
 
 
 def build_reference_pipeline(ref: Path, device: torch.device, decode: bool):
@@ -121,7 +75,7 @@ def build_reference_pipeline(ref: Path, device: torch.device, decode: bool):
         dim=96, z_dim=z_dim, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
         temperal_downsample=[False, True, True], dropout=0.0,
     )  # fmt: skip
-    causal_inference = _load_file("reference_causal_inference", ref / "pipeline" / "causal_inference.py")
+    causal_inference = refgen.load_file("reference_causal_inference", ref / "pipeline" / "causal_inference.py")
     args = types.SimpleNamespace(
         denoising_step_list=[1000, 750, 500, 250], warp_denoising_step=True, num_frame_per_block=3,
         independent_first_frame=False, context_noise=0, model_kwargs={"timestep_shift": 5.0},
@@ -129,11 +83,11 @@ def build_reference_pipeline(ref: Path, device: torch.device, decode: bool):
     torch.manual_seed(0)
     with device:
         generator = wrapper.WanDiffusionWrapper(**args.model_kwargs, is_causal=True)
-        vae = wrapper.WanVAEWrapper() if decode else _NoDecode()
+        vae = wrapper.WanVAEWrapper() if decode else refgen.NoDecode()
         prompt = torch.randn(1, 512, 4096)
     with contextlib.redirect_stdout(io.StringIO()):
         pipe = causal_inference.CausalInferencePipeline(
-            args, device=device, generator=generator, text_encoder=_PromptEmbedding(prompt), vae=vae
+            args, device=device, generator=generator, text_encoder=refgen.PromptEmbedding(prompt), vae=vae
         )
     pipe = pipe.to(dtype=torch.bfloat16).requires_grad_(False)  # inference.py sets torch.set_grad_enabled(False)
     pipe.text_encoder.embedding = prompt.to(torch.bfloat16)

@@ -11,10 +11,10 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -92,9 +92,7 @@ def decode_video(
     decode. `block_frames` (default: the family's) only changes progress granularity and peak memory.
     """
     hooks = hooks or GenerationHooks()
-    dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
-    if dec is None:
-        raise ConfigError("this world model has no VAE; pick a VAE file in Inferix Load World Model")
+    dec = choose_decoder(world_model, decoder)
     if latents.ndim != 5:
         raise ShapeMismatchError(f"latents must be (B, F, C, h, w), got {list(latents.shape)}")
     step = block_frames or world_model.sampling.block_frames
@@ -268,6 +266,228 @@ def _refuse_shot_switches(world_model: WorldModel, prompt) -> None:
         )
 
 
+def choose_decoder(world_model: Any, decoder: str = "vae") -> Any:
+    """The module a run decodes with: the preview decoder (TAEHV) when asked for and loaded, else the VAE.
+
+    The one place this choice is made (generate_video, decode_video, InteractiveSession). Asking for the
+    preview when none is loaded decodes with the VAE and says so in the log; no VAE is a ConfigError.
+    """
+    if decoder == "preview":
+        if world_model.preview_decoder is not None:
+            return world_model.preview_decoder
+        log.info("no preview decoder is loaded; decoding with the VAE")
+    if world_model.vae is None:
+        raise ConfigError(
+            "decoding needs a VAE: pick a VAE file in Inferix Load World Model (or generate with decode=False)"
+        )
+    return world_model.vae
+
+
+def run_pipeline(
+    world_model: WorldModel, sampling: SamplingConfig | None = None, cache: KVCacheConfig | None = None
+) -> BlockDiffusionPipeline:
+    """The block pipeline of one run (generate_video, InteractiveSession): the model's sampling and cache
+    unless others are given."""
+    return BlockDiffusionPipeline(
+        world_model.transformer, sampling or world_model.sampling, cache or world_model.default_cache
+    )
+
+
+def is_image_run(world_model: WorldModel, start_image: Any) -> bool:
+    """Whether a run is steered by a start image and keyboard/mouse actions (Matrix-Game 2.0)."""
+    return start_image is not None or takes_start_image(world_model)
+
+
+def encode_run_prompt(
+    world_model: WorldModel,
+    prompt: str | torch.Tensor | PromptSchedule,
+    image_inputs: MatrixGameInputs | StartImageInputs | None,
+    switches: Sequence[int] = (),
+    encode: Callable[[str], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
+    """A run's conditioning (context, [(block, context)] of the prompt switches).
+
+    An image-started model's start-image CLIP tokens take the place of text (its prompt is ignored, with
+    a log line). Otherwise the prompt is encoded: text by `encode` (default `encode_prompt`), an embedding
+    as it is, a schedule entry by entry at its `switches` blocks.
+    """
+    if isinstance(image_inputs, MatrixGameInputs):
+        if isinstance(prompt, torch.Tensor) or prompt:
+            log.info("this model is steered by its start image and actions; the prompt text is ignored")
+        return image_inputs.visual_context, []
+    text = encode or functools.partial(encode_prompt, world_model)
+    if isinstance(prompt, PromptSchedule):
+        first = text(prompt.entries[0][1])
+        return first, [(b, text(p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
+    if isinstance(prompt, torch.Tensor):
+        return encode_prompt(world_model, prompt), []
+    return text(prompt), []
+
+
+class DecodedBlock(NamedTuple):
+    frames: np.ndarray  # (T, H, W, 3) uint8, batch item 0
+    decode_s: float
+    ready_at: float  # perf_counter() when the frames were decoded (before the sinks got them)
+
+
+def decode_to_sinks(stream, latents: torch.Tensor, index: int, sinks: Sequence, profiler: NullProfiler) -> DecodedBlock:
+    """Decode one clean block (B, n, C, h, w) with a run's stream decoder and hand its frames to every sink.
+
+    Timed as the profiler's `decode` and `sink` stages; the sinks have the frames (on disk for an Mp4Sink)
+    before this returns, so before the block is reported done. Shared by generate_video and the session.
+    """
+    with profiler.stage("decode"):
+        t0 = time.perf_counter()
+        frames = pixels_to_uint8(stream.decode(latents.permute(0, 2, 1, 3, 4)))  # (B, 3, T, H, W) → uint8
+        ready_at = time.perf_counter()
+    if len(frames):
+        profiler.on_first_frame()  # the profiler keeps the first call only
+    with profiler.stage("sink"):
+        for sink in sinks:
+            sink.write(frames, index)
+    return DecodedBlock(frames, ready_at - t0, ready_at)
+
+
+def profile_block_end(profiler: NullProfiler, cache, index: int, frames: np.ndarray | None) -> None:
+    """Close a generated block in the profiler, with the KV cache's numbers after it."""
+    profiler.record_kv_cache(kv_cache_numbers(cache))
+    profiler.on_block_end(index, 0 if frames is None else len(frames))
+
+
+@dataclass
+class _RunInputs:
+    """What step 1 of generate_video resolves from its arguments, before any model work."""
+
+    lat_h: int
+    lat_w: int
+    switches: list[int]  # block of every prompt-schedule entry after the first
+    initial_latents: torch.Tensor | None  # given frames to continue from (B, F0, C, h, w)
+    clean_first: torch.Tensor | None  # TI2V image start: the clean first latent of block 0
+    image_inputs: MatrixGameInputs | StartImageInputs | None  # image-started models (Matrix-Game, Wan 2.1 I2V)
+    actions: Any  # GenerationRequest.actions: a tensor, or a per-block callable of the image inputs
+
+
+def _start_latents(
+    world_model: WorldModel, start_frames, initial_latents, width: int, height: int, sampling: SamplingConfig
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(initial_latents, clean_first): given frames encoded as context, or a TI2V model's one image as the
+    clean first latent of block 0 (Wan 2.2 TI2V / LongLive 2.0 image start)."""
+    if start_frames is None:
+        return initial_latents, None
+    if initial_latents is not None:
+        raise ConfigError("pass start_frames or initial_latents, not both")
+    if world_model.config.model_type == "ti2v" and len(start_frames) == 1:
+        one = SamplingConfig(sampling.denoising_steps, block_frames=1, solver=sampling.solver, shift=sampling.shift)
+        return None, encode_start_frames(world_model, start_frames, width, height, one)
+    return encode_start_frames(world_model, start_frames, width, height, sampling), None
+
+
+def _resolve_inputs(
+    world_model: WorldModel,
+    prompt,
+    *,
+    num_blocks: int,
+    width: int,
+    height: int,
+    sampling: SamplingConfig,
+    actions,
+    initial_latents,
+    start_frames,
+    start_image,
+    clip_vision,
+) -> _RunInputs:
+    """Step 1: geometry, schedules, start frames and actions; everything that can fail on settings fails here."""
+    lat_h, lat_w = latent_size(world_model, width, height)
+    timing = block_timing(world_model, sampling)
+    switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
+    _refuse_shot_switches(world_model, prompt)
+    initial_latents, clean_first = _start_latents(world_model, start_frames, initial_latents, width, height, sampling)
+    num_initial = 0 if initial_latents is None else initial_latents.shape[1]
+    image_inputs = None
+    if takes_prompt_and_image(world_model):  # Wan 2.1 I2V: prompt (schedules too) + start image, no actions
+        if num_initial:
+            raise ConfigError("a Wan 2.1 I2V model starts from its start image; it takes no start frames")
+        if actions is not None:
+            raise ConfigError("a Wan 2.1 I2V model takes no actions; drop the action schedule")
+        image_inputs = StartImageInputs(world_model, start_image, width, height, clip_vision)
+        per_block = image_inputs.for_block
+    elif is_image_run(world_model, start_image):
+        if num_initial or isinstance(prompt, PromptSchedule):
+            raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
+        image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
+        image_inputs.fill(actions, num_blocks, sampling.block_frames, timing)
+        # (start, n) → MatrixGameBlockInput, read by every call of the block
+        per_block = (
+            functools.partial(image_inputs.live_block, actions)
+            if isinstance(actions, ControlChannel)
+            else image_inputs.for_block
+        )
+    else:
+        per_block = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
+    return _RunInputs(lat_h, lat_w, switches, initial_latents, clean_first, image_inputs, per_block)
+
+
+def _run_info(world_model: WorldModel, width: int, height: int, num_blocks: int, seed: int, sampling, cache) -> dict:
+    """What the profiler records of a generate_video run."""
+    return {
+        "family": world_model.family,
+        "width": width,
+        "height": height,
+        "num_blocks": num_blocks,
+        "block_frames": sampling.block_frames,
+        "steps": list(sampling.denoising_steps),
+        "window_frames": cache.window_frames,
+        "sink_frames": cache.sink_frames,
+        "seed": seed,
+    }
+
+
+def _run_blocks(
+    pipe: BlockDiffusionPipeline,
+    request: GenerationRequest,
+    stream,
+    sinks: list,
+    hooks: GenerationHooks,
+    prof: NullProfiler,
+    fps: int,
+) -> VideoResult:
+    """Step 4: the block loop; each block decoded and at the sinks as soon as it is clean; sinks closed at the end."""
+    hooks.on_start(request.num_blocks)
+    t_start = time.perf_counter()
+    latents, frames, block_seconds, first_frame = [], [], [], None
+    try:
+        for out in pipe.stream(request, ProfiledHooks(prof, hooks)):
+            latents.append(out.latents)
+            pix, decode_s = None, 0.0
+            if stream is not None:
+                pix, decode_s, ready_at = decode_to_sinks(stream, out.latents, out.index, sinks, prof)
+                if first_frame is None and len(pix):
+                    first_frame = ready_at - t_start
+                frames.append(pix)
+            block_seconds.append(out.seconds)
+            if not out.is_initial:  # given frames are context, not generated: the profiler never opened them
+                profile_block_end(prof, pipe.kv_cache, out.index, pix)
+            hooks.on_block_end(
+                out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s, **kv_cache_memory(pipe.kv_cache)}
+            )
+    except KeyboardInterrupt as exc:
+        raise GenerationInterruptedError("generation interrupted; the frames written so far are kept") from exc
+    finally:
+        for sink in sinks:
+            sink.close()
+        prof.on_run_end()
+    return VideoResult(
+        latents=torch.cat(latents, dim=1),
+        frames=np.concatenate(frames) if frames else None,
+        fps=fps,
+        seconds=time.perf_counter() - t_start,
+        block_seconds=block_seconds,
+        first_frame_seconds=first_frame,
+        profile=prof.report().to_dict() if isinstance(prof, Profiler) else None,
+        files=tuple(str(sink.path) for sink in sinks if getattr(sink, "path", None) is not None),
+    )
+
+
 def generate_video(
     world_model: WorldModel,
     prompt: str | torch.Tensor | PromptSchedule = "",
@@ -296,6 +516,7 @@ def generate_video(
         sinks: each gets every decoded block as it is produced and is closed at the end, also on an
             interrupt or error (an Mp4Sink then publishes the frames so far); `VideoResult.files` lists
             the final names of sinks that have a `path`.
+        decoder: "vae", or "preview" for the model's preview decoder (`choose_decoder`).
         start_frames: video frames [T, H, W, 3] to continue from (see `encode_start_frames` for the
             trim/pad rule); exclusive with `initial_latents`.
         start_image, clip_vision: for image-started keyboard/mouse models (Matrix-Game 2.0): the image
@@ -317,149 +538,45 @@ def generate_video(
     sinks = list(sinks)
     prof = profiler if profiler is not None else NullProfiler()
     try:
-        # 1. geometry, schedules and start frames: everything that can fail on settings fails here
-        lat_h, lat_w = latent_size(world_model, width, height)
-        timing = block_timing(world_model, sampling)
-        switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
-        _refuse_shot_switches(world_model, prompt)
-        clean_first = None
-        if start_frames is not None:
-            if initial_latents is not None:
-                raise ConfigError("pass start_frames or initial_latents, not both")
-            if world_model.config.model_type == "ti2v" and len(start_frames) == 1:
-                # Wan 2.2 TI2V / LongLive 2.0 image start: the image is the clean first latent of block 0
-                one = SamplingConfig(
-                    sampling.denoising_steps, block_frames=1, solver=sampling.solver, shift=sampling.shift
-                )
-                clean_first = encode_start_frames(world_model, start_frames, width, height, one)
-            else:
-                initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
-        num_initial = 0 if initial_latents is None else initial_latents.shape[1]
-        image_inputs = None
-        if takes_prompt_and_image(world_model):  # Wan 2.1 I2V: prompt (schedules too) + start image, no actions
-            if num_initial:
-                raise ConfigError("a Wan 2.1 I2V model starts from its start image; it takes no start frames")
-            if actions is not None:
-                raise ConfigError("a Wan 2.1 I2V model takes no actions; drop the action schedule")
-            image_inputs = StartImageInputs(world_model, start_image, width, height, clip_vision)
-            action_tensor = image_inputs.for_block
-        elif start_image is not None or takes_start_image(world_model):
-            if num_initial or isinstance(prompt, PromptSchedule):
-                raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
-            image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
-            image_inputs.fill(actions, num_blocks, sampling.block_frames, timing)
-            # (start, n) → MatrixGameBlockInput, read by every call of the block
-            action_tensor = (
-                functools.partial(image_inputs.live_block, actions)
-                if isinstance(actions, ControlChannel)
-                else image_inputs.for_block
-            )
-        else:
-            action_tensor = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
+        # 1. geometry, schedules, start frames, actions and the decoder: settings fail before any model work
+        run = _resolve_inputs(
+            world_model, prompt, num_blocks=num_blocks, width=width, height=height, sampling=sampling,
+            actions=actions, initial_latents=initial_latents, start_frames=start_frames,
+            start_image=start_image, clip_vision=clip_vision,
+        )  # fmt: skip
+        decoder_module = choose_decoder(world_model, decoder) if decode else None
+        prof.on_run_start(_run_info(world_model, width, height, num_blocks, seed, sampling, cache))
+        # 2. text conditioning (or an image model's CLIP tokens)
+        with prof.stage("text_encode"):
+            context, schedule = encode_run_prompt(world_model, prompt, run.image_inputs, run.switches)
+        request = GenerationRequest(
+            num_blocks=num_blocks,
+            latent_height=run.lat_h,
+            latent_width=run.lat_w,
+            context=context,
+            seed=seed,
+            actions=run.actions,
+            prompt_schedule=schedule,
+            initial_latents=run.initial_latents,
+            recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
+            clean_first_latents=run.clean_first,
+            image_context=run.image_inputs.visual_context if isinstance(run.image_inputs, StartImageInputs) else None,
+        )
+        pipe = run_pipeline(world_model, sampling, cache)
+        # 3. a streaming decoder that keeps its causal cache across blocks
+        stream = decoder_module.stream_decoder() if decoder_module is not None else None
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()
         raise
-    prof.on_run_start(
-        {
-            "family": world_model.family,
-            "width": width,
-            "height": height,
-            "num_blocks": num_blocks,
-            "block_frames": sampling.block_frames,
-            "steps": list(sampling.denoising_steps),
-            "window_frames": cache.window_frames,
-            "sink_frames": cache.sink_frames,
-            "seed": seed,
-        }
-    )
-    stage = prof.stage
-    # 2. text conditioning
-    with stage("text_encode"):
-        if isinstance(image_inputs, MatrixGameInputs):  # the start image's CLIP tokens take the place of text
-            if prompt:
-                log.info("this model is steered by its start image and actions; the prompt text is ignored")
-            context, schedule = image_inputs.visual_context, []
-        elif isinstance(prompt, PromptSchedule):
-            context = encode_prompt(world_model, prompt.entries[0][1])
-            schedule = [(b, encode_prompt(world_model, p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
-        else:
-            context, schedule = encode_prompt(world_model, prompt), []
-    request = GenerationRequest(
-        num_blocks=num_blocks,
-        latent_height=lat_h,
-        latent_width=lat_w,
-        context=context,
-        seed=seed,
-        actions=action_tensor,
-        prompt_schedule=schedule,
-        initial_latents=initial_latents,
-        recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
-        clean_first_latents=clean_first,
-        image_context=image_inputs.visual_context if isinstance(image_inputs, StartImageInputs) else None,
-    )
-    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
-    # 3. a streaming decoder that keeps its causal cache across blocks
-    stream = None
-    if decode:
-        dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
-        if dec is None:
-            for sink in sinks:
-                sink.close()
-            raise ConfigError("decode=True needs a VAE: pick a VAE file in LoadWorldModel, or set decode=False")
-        stream = dec.stream_decoder()
     # 4. the block loop
-    hooks.on_start(num_blocks)
-    t_start = time.perf_counter()
-    latents, frames, block_seconds, first_frame = [], [], [], None
-    try:
-        for out in pipe.stream(request, ProfiledHooks(prof, hooks)):
-            latents.append(out.latents)
-            pix = None
-            if stream is not None:
-                with stage("decode"):
-                    t0 = time.perf_counter()
-                    pixels = stream.decode(out.latents.permute(0, 2, 1, 3, 4))  # (B, 3, T, H, W)
-                    pix = pixels_to_uint8(pixels)
-                    decode_s = time.perf_counter() - t0
-                if first_frame is None and len(pix):
-                    first_frame = time.perf_counter() - t_start
-                    prof.on_first_frame()
-                with stage("sink"):
-                    for sink in sinks:
-                        sink.write(pix, out.index)  # on disk before the block is reported done
-                frames.append(pix)
-            else:
-                decode_s = 0.0
-            block_seconds.append(out.seconds)
-            if not out.is_initial:  # given frames are context, not generated: the profiler never opened them
-                prof.record_kv_cache(kv_cache_numbers(pipe.kv_cache))
-                prof.on_block_end(out.index, 0 if pix is None else len(pix))
-            hooks.on_block_end(
-                out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s, **kv_cache_memory(pipe.kv_cache)}
-            )
-    except KeyboardInterrupt as exc:
-        raise GenerationInterruptedError("generation interrupted; the frames written so far are kept") from exc
-    finally:
-        for sink in sinks:
-            sink.close()
-        prof.on_run_end()
-    files = tuple(str(sink.path) for sink in sinks if getattr(sink, "path", None) is not None)
-    return VideoResult(
-        latents=torch.cat(latents, dim=1),
-        frames=np.concatenate(frames) if frames else None,
-        fps=world_model.fps,
-        seconds=time.perf_counter() - t_start,
-        block_seconds=block_seconds,
-        first_frame_seconds=first_frame,
-        profile=prof.report().to_dict() if isinstance(prof, Profiler) else None,
-        files=files,
-    )
+    return _run_blocks(pipe, request, stream, sinks, hooks, prof, world_model.fps)
 
 
 __all__ = [
-    "ActionSchedule", "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult",
-    "actions_to_tensor", "block_at", "check_plan", "decode_video", "encode_prompt", "encode_start_frames",
-    "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
-    "plan_run", "seconds_per_block", "seconds_to_blocks",
+    "ActionSchedule", "BlockOutput", "DecodedBlock", "GenerationHooks", "ProfiledHooks", "PromptSchedule",
+    "VideoResult", "actions_to_tensor", "block_at", "check_plan", "choose_decoder", "decode_to_sinks",
+    "decode_video", "encode_prompt", "encode_run_prompt", "encode_start_frames", "generate_video",
+    "is_image_run", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
+    "plan_run", "profile_block_end", "run_pipeline", "seconds_per_block", "seconds_to_blocks",
 ]  # fmt: skip

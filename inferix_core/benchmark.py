@@ -216,6 +216,31 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
     return resident
 
 
+def _bench_decoder(cfg: BenchConfig, preset: dict, device: torch.device, dtype: torch.dtype):
+    """The random-weight decoder a benchmark decodes with: `cfg.decoder` ("wan": the Wan 2.1 or, for 48
+    latent channels, the Wan 2.2 VAE; "taehv": the preview decoder), full size for the full-size presets."""
+    from .vae import TAEHV, TAEHVConfig, Wan22VAE, Wan22VAEConfig, WanVAE, WanVAEConfig
+
+    full = cfg.preset in FULL_SIZE_PRESETS
+    wan22 = preset["config"].in_dim == Wan22VAEConfig().z_dim  # 48 latent channels: the Wan 2.2 VAE
+    with device:
+        if cfg.decoder == "taehv":
+            latent = dict(latent_channels=48, patch_size=2) if wan22 else {}
+            small = TAEHVConfig(decoder_channels=(16, 16, 8, 8), encoder_channels=8, **latent)
+            return TAEHV(TAEHVConfig(**latent) if full else small).to(dtype).eval()
+        if cfg.decoder != "wan":
+            raise ValueError(f"unknown decoder '{cfg.decoder}'; expected 'wan' or 'taehv'")
+        if wan22:
+            vae = Wan22VAE(Wan22VAEConfig() if full else Wan22VAEConfig(dim=2, dec_dim=4)).to(dtype).eval()
+        else:
+            vae = WanVAE(WanVAEConfig(dim=96 if full else 4)).to(dtype).eval()
+    if cfg.vae_fast:
+        from .vae.config import VAEDecodeOptions
+
+        vae.decode_options = VAEDecodeOptions.fast()
+    return vae
+
+
 def run_engine_benchmark(cfg: BenchConfig) -> dict:
     """Build the preset with random weights, run warm-up + repeats, return medians and per-block times."""
     preset = PRESETS[cfg.preset]
@@ -223,33 +248,7 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     cuda = device.type == "cuda"
     pipe, context = build_engine(cfg)
     num_blocks = cfg.latent_frames // cfg.block_frames
-    vae = None
-    if cfg.vae_decode:
-        from .vae import Wan22VAE, Wan22VAEConfig, WanVAE, WanVAEConfig
-
-        full = cfg.preset in FULL_SIZE_PRESETS
-        wan22 = preset["config"].in_dim == Wan22VAEConfig().z_dim  # 48 latent channels: the Wan 2.2 VAE
-        with device:
-            if cfg.decoder == "taehv":
-                from .vae import TAEHV, TAEHVConfig
-
-                latent = dict(latent_channels=48, patch_size=2) if wan22 else {}
-                small = TAEHVConfig(decoder_channels=(16, 16, 8, 8), encoder_channels=8, **latent)
-                vae = TAEHV(TAEHVConfig(**latent) if full else small).to(dtype).eval()
-            elif cfg.decoder == "wan" and wan22:
-                vae = Wan22VAE(Wan22VAEConfig() if full else Wan22VAEConfig(dim=2, dec_dim=4)).to(dtype).eval()
-                if cfg.vae_fast:
-                    from .vae.config import VAEDecodeOptions
-
-                    vae.decode_options = VAEDecodeOptions.fast()
-            elif cfg.decoder == "wan":
-                vae = WanVAE(WanVAEConfig(dim=96 if full else 4)).to(dtype).eval()
-                if cfg.vae_fast:
-                    from .vae.config import VAEDecodeOptions
-
-                    vae.decode_options = VAEDecodeOptions.fast()
-            else:
-                raise ValueError(f"unknown decoder '{cfg.decoder}'; expected 'wan' or 'taehv'")
+    vae = _bench_decoder(cfg, preset, device, dtype) if cfg.vae_decode else None
 
     swap = getattr(pipe.model, "block_swap", None)
     resident = swap.resident if swap is not None and swap.swapped else None

@@ -20,13 +20,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
+from .api import (
+    ProfiledHooks,
+    actions_to_tensor,
+    choose_decoder,
+    decode_to_sinks,
+    encode_prompt,
+    encode_run_prompt,
+    is_image_run,
+    latent_size,
+    profile_block_end,
+    run_pipeline,
+)
 from .cache import KVCacheConfig
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
-from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image, takes_start_image
+from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
-from .pipeline import BlockDiffusionPipeline, SamplingConfig
+from .pipeline import SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
 from .profiling import NullProfiler
 from .sinks.live import InputQueue
@@ -126,7 +137,7 @@ class InteractiveSession:
         self._start: StartImageInputs | None = None
         if takes_prompt_and_image(world_model):
             self._start = StartImageInputs(world_model, start_image, width, height, clip_vision)
-        elif start_image is not None or takes_start_image(world_model):
+        elif is_image_run(world_model, start_image):
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
         spec = self._image.spec if self._image is not None else None
@@ -148,29 +159,15 @@ class InteractiveSession:
             }
         )
         lat_h, lat_w = latent_size(world_model, width, height)
-        self.pipeline = BlockDiffusionPipeline(
-            world_model.transformer, sampling or world_model.sampling, cache or world_model.default_cache
-        )
-        with self.profiler.stage("text_encode"):
-            if self._image is not None:  # the start image's CLIP tokens take the place of text
-                context = self._image.visual_context
-            elif isinstance(prompt, torch.Tensor):
-                context = encode_prompt(world_model, prompt)
-            else:
-                context = self._encode(prompt)
+        self.pipeline = run_pipeline(world_model, sampling, cache)
+        with self.profiler.stage("text_encode"):  # an image model's CLIP tokens take the place of text
+            context, _ = encode_run_prompt(world_model, prompt, self._image, encode=self._encode)
         image = self._start.visual_context if self._start is not None else None
         self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed), image_context=image)
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
-        self._decoder = None
-        if decode:
-            dec = (
-                world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
-            )
-            if dec is None:
-                raise ConfigError("decode=True needs a VAE: load the model with a VAE file, or pass decode=False")
-            self._decoder = dec.stream_decoder()
+        self._decoder = choose_decoder(world_model, decoder).stream_decoder() if decode else None
         # 3. input state: events wait in _pending until a boundary consumes them
         self._pending: deque[dict[str, Any]] = deque()
         # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon
@@ -271,17 +268,8 @@ class InteractiveSession:
         # 4. decode and hand to the sinks
         frames, decode_s = None, 0.0
         if self._decoder is not None:
-            t0 = time.perf_counter()
-            with self.profiler.stage("decode"):
-                frames = pixels_to_uint8(self._decoder.decode(out.latents.permute(0, 2, 1, 3, 4)))
-            decode_s = time.perf_counter() - t0
-            if len(frames):
-                self.profiler.on_first_frame()
-            with self.profiler.stage("sink"):
-                for sink in self.sinks:
-                    sink.write(frames, out.index)
-        self.profiler.record_kv_cache(kv_cache_numbers(self.state.cache))
-        self.profiler.on_block_end(out.index, 0 if frames is None else len(frames))
+            frames, decode_s, _ = decode_to_sinks(self._decoder, out.latents, out.index, self.sinks, self.profiler)
+        profile_block_end(self.profiler, self.state.cache, out.index, frames)
         switched = len(self.prompt_log) > 1 and self.prompt_log[-1][0] == out.index
         return SessionBlock(
             out.index,

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from inferix_core.cache import KVCacheConfig
 from inferix_core.models.matrix_game2 import MatrixGameConditioning
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import SamplingConfig
-from tests.fixture_utils import fixture_weights, read_fixture
+from tests.fixture_utils import fixture_weights, read_fixture, settings_from_metadata
 
 
 def to_bfchw(t: torch.Tensor) -> torch.Tensor:
@@ -37,17 +35,7 @@ def build(path):
     model = CausalWanTransformer(cfg)
     model.load_state_dict({k: v.clone() for k, v in fixture_weights(path, info, tensors).items()}, strict=True)
     p = info["pipeline"]
-    sampling = SamplingConfig(
-        denoising_steps=tuple(p["denoising_step_list"]),
-        warp_denoising_steps=p["warp_denoising_step"],
-        shift=p["timestep_shift"],
-        num_train_timesteps=p["num_train_timesteps"],
-        block_frames=p["num_frame_per_block"],
-        context_noise=p["context_noise"],
-        independent_first_frame=p["independent_first_frame"],
-    )
-    window = p["local_attn_size"]
-    cache = KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
+    sampling, cache = settings_from_metadata(info)
     cond = MatrixGameConditioning(
         tensors["cond_concat"],
         tensors["visual_context"],

@@ -145,3 +145,46 @@ def test_format_profile_and_budget_check():
     tight = plan_run(wm, KVCacheConfig(window_frames=4, gpu_budget_bytes=64), 48, 32, num_blocks=3)
     with pytest.raises(CacheBudgetError, match="KV cache needs"):
         check_plan(tight)
+
+
+class _CountingDecoder:
+    """Wraps a decoder and counts the stream decoders opened on it (which module a run decoded with)."""
+
+    def __init__(self, inner):
+        self.inner, self.opened = inner, 0
+
+    def parameters(self):
+        return self.inner.parameters()
+
+    def stream_decoder(self):
+        self.opened += 1
+        return self.inner.stream_decoder()
+
+
+def test_one_decoder_choice_for_generate_decode_and_session(caplog):
+    """generate_video, decode_video and InteractiveSession decode with `choose_decoder`'s module: the preview
+    decoder when asked and loaded, else the VAE (logged), and refuse a model without a VAE."""
+    from inferix_core.api import choose_decoder, decode_video
+    from inferix_core.session import InteractiveSession
+
+    wm = tiny_world()
+    preview = _CountingDecoder(wm.vae)
+    with_preview = dataclasses.replace(wm, preview_decoder=preview)
+    assert choose_decoder(with_preview, "preview") is preview and choose_decoder(with_preview, "vae") is wm.vae
+    with caplog.at_level("INFO", logger="inferix_core.api"):
+        assert choose_decoder(wm, "preview") is wm.vae
+    assert "no preview decoder" in caplog.text
+    res = generate_video(with_preview, "", num_blocks=1, width=48, height=32, decoder="preview")
+    decode_video(with_preview, res.latents, decoder="preview")
+    InteractiveSession(with_preview, width=48, height=32, decoder="preview").close()
+    generate_video(with_preview, "", num_blocks=1, width=48, height=32)  # the VAE: the preview is not opened
+    assert preview.opened == 3
+    no_vae = dataclasses.replace(wm, vae=None)
+    for run in (
+        lambda: generate_video(no_vae, "", num_blocks=1, width=48, height=32),
+        lambda: decode_video(no_vae, res.latents),
+        lambda: InteractiveSession(no_vae, width=48, height=32),
+    ):
+        with pytest.raises(ConfigError, match="needs a VAE"):
+            run()
+    assert generate_video(no_vae, "", num_blocks=1, width=48, height=32, decode=False).frames is None

@@ -6,9 +6,14 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import os
+import shutil
+import subprocess
 import threading
+from pathlib import Path
 
 import av
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -217,3 +222,57 @@ def test_memory_flags_reach_load_world_model(monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["info", "tiny.safetensors", "--gpu-memory", "lots"]) == 2  # one-line error, exit 2
     assert "like 24GB" in capsys.readouterr().err
+
+
+CHROMIUM = shutil.which("chromium")
+DOC_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
+def test_live_view_of_the_driving_world_in_chromium(tmp_path):
+    """`inferix play bundled` as a person sees it: the bundled driving world streaming into the live view in
+    a real browser while the keys steer it (the screenshot is docs/images/live_view.png with
+    INFERIX_UPDATE_DOC_IMAGES=1)."""
+    from inferix_core.models.registry import load_world_model
+
+    world = load_world_model("bundled", device="cpu")
+    width, height = play_cmd.bundled_size()
+    ready = threading.Event()
+    views, results = [], []
+
+    def serve():
+        results.append(
+            play(world, width=width, height=height, seed=7, port=0, on_ready=lambda v: (views.append(v), ready.set()))
+        )
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    shot = tmp_path / "live_view.png"
+    try:
+        assert ready.wait(120), "live view did not start"
+        port = views[0].port
+        post(port, {"type": "action", "name": "accelerate"})  # held: the car drives on down the road
+        wait_for_session_event(port, lambda e: e["block"] >= 8)  # a few bars in the timing chart
+        # --timeout stops loading after 4 s: the MJPEG and SSE responses never end, so "load" never fires
+        command = [
+            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,640",
+            f"--screenshot={shot}", "--timeout=4000", views[0].url,
+        ]  # fmt: skip
+        subprocess.run(command, capture_output=True, timeout=90, check=False)
+        post(port, {"type": "stop"})
+    finally:
+        if thread.is_alive() and views:
+            views[0].inputs.put({"type": "stop"})
+        thread.join(120)
+    assert not thread.is_alive()
+    assert shot.exists(), "chromium produced no screenshot"
+    page = np.asarray(Image.open(shot).convert("RGB")).astype(float)
+    assert page.shape[:2] == (640, 1100)
+    # the video box (left of the side panel) shows a picture: varied colour, and its middle is not the black box
+    video = page[70:590, 20:720]
+    assert video.std(axis=(0, 1)).mean() > 20 and page[330, 370].max() > 40
+    assert results[0].action_log[-1] == "accelerate" and results[0].num_blocks > 8
+    if os.environ.get("INFERIX_UPDATE_DOC_IMAGES") == "1":
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, DOC_IMAGES / "live_view.png")

@@ -150,6 +150,32 @@ MG2_UNIVERSAL_ACTIONS = "0 | W\n2 | W yaw=0.1\n4 | W+A\n6 | none pitch=0.05\n8 |
 MG2_GTA_ACTIONS = "0 | W\n3 | W D\n5 | W\n7 | W A\n9 | S"
 
 
+Node = tuple[int, str, dict[str, Any], dict[str, tuple[int, int]]]
+
+
+def load_world_model(nid: int, widgets: dict[str, Any]) -> Node:
+    return (nid, "InferixLoadWorldModel", widgets, {})
+
+
+def stream_settings(nid: int, prefix: str, **widgets: Any) -> Node:
+    """Stream Settings writing `prefix`_NNNNN.mp4 while Block Denoise generates (other STREAM widgets in `widgets`)."""
+    return (nid, "InferixStreamSettings", {**STREAM, "filename_prefix": prefix, **widgets}, {})
+
+
+def block_denoise(nid: int, widgets: dict[str, Any], **inputs: int) -> Node:
+    """Block Denoise with each linked input (world_model=1, stream=5, ...) taken from output 0 of that node."""
+    return (nid, "InferixBlockDenoise", widgets, {name: (src, 0) for name, src in inputs.items()})
+
+
+def stream_out(nid: int, prefix: str, video: int, **widgets: Any) -> Node:
+    """Stream Out of Block Denoise node `video`'s VIDEO (its output 2)."""
+    return (nid, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": prefix, **widgets}, {"video": (video, 2)})
+
+
+def kv_cache(nid: int, widgets: dict[str, Any], world_model: int) -> Node:
+    return (nid, "InferixKVCacheConfig", widgets, {"world_model": (world_model, 0)})
+
+
 class CoreLoadImage:
     """Interface of ComfyUI's core Load Image, for building and validating workflow files (it does not run here)."""
 
@@ -178,30 +204,27 @@ class CoreCLIPVisionLoader:
 CORE_NODE_CLASSES = {"LoadImage": CoreLoadImage, "CLIPVisionLoader": CoreCLIPVisionLoader}
 
 # name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
-GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tuple[int, int]]]], list[dict]]] = {
+GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
     "quickstart": (
         "Quickstart: the bundled world model on CPU",
         [
-            (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
+            load_world_model(1, BUNDLED_LOADER),
             (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
-            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/quickstart"}, {}),
-            (
-                3,
-                "InferixBlockDenoise",
-                {**DENOISE, "num_blocks": 14, "width": 64, "height": 64},
-                {"world_model": (1, 0), "action_schedule": (2, 0), "stream": (5, 0)},
+            stream_settings(5, "inferix/quickstart"),
+            block_denoise(
+                3, {**DENOISE, "num_blocks": 14, "width": 64, "height": 64}, world_model=1, action_schedule=2, stream=5
             ),
-            (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/quickstart"}, {"video": (3, 2)}),
+            stream_out(4, "inferix/quickstart", 3),
         ],
         [],
     ),
     "self_forcing_t2v": (
         "Self-Forcing text-to-video (Wan 2.1 1.3B, 4 steps per block)",
         [
-            (1, "InferixLoadWorldModel", SF_LOADER, {}),
-            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/self_forcing"}, {}),
-            (2, "InferixBlockDenoise", DENOISE, {"world_model": (1, 0), "stream": (5, 0)}),
-            (3, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/self_forcing"}, {"video": (2, 2)}),
+            load_world_model(1, SF_LOADER),
+            stream_settings(5, "inferix/self_forcing"),
+            block_denoise(2, DENOISE, world_model=1, stream=5),
+            stream_out(3, "inferix/self_forcing", 2),
             (4, "InferixProfileReport", {}, {"video": (2, 2)}),
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
@@ -210,11 +233,10 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
         "LongLive 2.0 text-to-video (Wan 2.2 TI2V-5B, 704x1280, UniPC 4 steps per 8-frame block, 24 fps). "
         "Image start: connect an image (core Load Image) to Block Denoise's start_frames",
         [
-            (1, "InferixLoadWorldModel", LL2_LOADER, {}),
-            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/longlive2"}, {}),
-            (
+            load_world_model(1, LL2_LOADER),
+            stream_settings(5, "inferix/longlive2"),
+            block_denoise(
                 2,
-                "InferixBlockDenoise",
                 {
                     **DENOISE,
                     "prompt": "a red fox runs through fresh snow in a pine forest, cinematic",
@@ -223,14 +245,10 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
                     "height": 704,
                     "denoising_steps": "",  # the family's UniPC timesteps
                 },
-                {"world_model": (1, 0), "stream": (5, 0)},
+                world_model=1,
+                stream=5,
             ),
-            (
-                3,
-                "InferixStreamOut",
-                {**STREAM_OUT, "fps": 24.0, "filename_prefix": "inferix/longlive2"},
-                {"video": (2, 2)},
-            ),
+            stream_out(3, "inferix/longlive2", 2, fps=24.0),
             (4, "InferixProfileReport", {}, {"video": (2, 2)}),
         ],
         [LONGLIVE2, WAN22_VAE, UMT5],
@@ -238,44 +256,40 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
     "long_video": (
         "Long video: rolling window with attention sink and a prompt schedule",
         [
-            (1, "InferixLoadWorldModel", SF_LOADER, {}),
-            (2, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
+            load_world_model(1, SF_LOADER),
+            kv_cache(2, KV_WINDOW, 1),
             (3, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
-            (6, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/long"}, {}),
-            (
-                4,
-                "InferixBlockDenoise",
-                {**DENOISE, "seconds": 30.0},
-                {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0), "stream": (6, 0)},
-            ),
-            (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/long"}, {"video": (4, 2)}),
+            stream_settings(6, "inferix/long"),
+            block_denoise(4, {**DENOISE, "seconds": 30.0}, world_model=1, kv_cache=2, prompt_schedule=3, stream=6),
+            stream_out(5, "inferix/long", 4),
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
     ),
     "interactive": (
         "Interactive: an action-driven world (bundled driving model)",
         [
-            (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
+            load_world_model(1, BUNDLED_LOADER),
             (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
-            (3, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
-            (6, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/drive", "save_frames": "png"}, {}),
-            (
+            kv_cache(3, KV_WINDOW, 1),
+            stream_settings(6, "inferix/drive", save_frames="png"),
+            block_denoise(
                 4,
-                "InferixBlockDenoise",
                 {**DENOISE, "seconds": 8.0, "width": 64, "height": 64},
-                {"world_model": (1, 0), "kv_cache": (3, 0), "action_schedule": (2, 0), "stream": (6, 0)},
+                world_model=1,
+                kv_cache=3,
+                action_schedule=2,
+                stream=6,
             ),
-            (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/drive"}, {"video": (4, 2)}),
+            stream_out(5, "inferix/drive", 4),
         ],
         [],
     ),
     "low_vram": (
         "Low VRAM: bf16, KV cache offload and int8 quantization under a 2 GiB budget",
         [
-            (1, "InferixLoadWorldModel", {**SF_LOADER, "dtype": "bf16"}, {}),
-            (
+            load_world_model(1, {**SF_LOADER, "dtype": "bf16"}),
+            kv_cache(
                 2,
-                "InferixKVCacheConfig",
                 {
                     "window_frames": 21,
                     "sink_frames": 3,
@@ -284,16 +298,11 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
                     "gpu_budget_gb": 2.0,
                     "quantization": "int8",
                 },
-                {"world_model": (1, 0)},
+                world_model=1,
             ),
-            (6, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/low_vram"}, {}),
-            (
-                3,
-                "InferixBlockDenoise",
-                {**DENOISE, "num_blocks": 20},
-                {"world_model": (1, 0), "kv_cache": (2, 0), "stream": (6, 0)},
-            ),
-            (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/low_vram"}, {"video": (3, 2)}),
+            stream_settings(6, "inferix/low_vram"),
+            block_denoise(3, {**DENOISE, "num_blocks": 20}, world_model=1, kv_cache=2, stream=6),
+            stream_out(4, "inferix/low_vram", 3),
             (5, "InferixProfileReport", {}, {"video": (3, 2)}),
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
@@ -301,64 +310,43 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
     "longlive_lora": (
         "LongLive 1.3B: base weights + the authors' LoRA, 12-frame window with a 3-frame sink, prompt switches",
         [
-            (1, "InferixLoadWorldModel", {**SF_LOADER, "model": LONGLIVE_BASE["name"]}, {}),
+            load_world_model(1, {**SF_LOADER, "model": LONGLIVE_BASE["name"]}),
             (
                 2,
                 "InferixLoadWorldModelLoRA",
                 {"lora_name": LONGLIVE_LORA["name"], "strength": 1.0},
                 {"world_model": (1, 0)},
             ),
-            (3, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (2, 0)}),
+            kv_cache(3, KV_WINDOW, 2),
             (4, "InferixPromptSchedule", {"schedule": LONG_PROMPTS}, {}),
-            (7, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/longlive"}, {}),
-            (
-                5,
-                "InferixBlockDenoise",
-                {**DENOISE, "seconds": 30.0},
-                {"world_model": (2, 0), "kv_cache": (3, 0), "prompt_schedule": (4, 0), "stream": (7, 0)},
-            ),
-            (6, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/longlive"}, {"video": (5, 2)}),
+            stream_settings(7, "inferix/longlive"),
+            block_denoise(5, {**DENOISE, "seconds": 30.0}, world_model=2, kv_cache=3, prompt_schedule=4, stream=7),
+            stream_out(6, "inferix/longlive", 5),
         ],
         [LONGLIVE_BASE, LONGLIVE_LORA, WAN_VAE, UMT5],
     ),
     "causal_forcing_t2v": (
         "Causal-Forcing frame-wise text-to-video (Wan 2.1 1.3B, 1 latent frame per block, 4 steps, EMA weights)",
         [
-            (
-                1,
-                "InferixLoadWorldModel",
-                {**SF_LOADER, "model": CAUSAL_FORCING_FRAMEWISE["name"], "family": "causal_forcing_framewise"},
-                {},
+            load_world_model(
+                1, {**SF_LOADER, "model": CAUSAL_FORCING_FRAMEWISE["name"], "family": "causal_forcing_framewise"}
             ),
-            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/causal_forcing"}, {}),
-            (
-                2,
-                "InferixBlockDenoise",
-                {
-                    **DENOISE,
-                    "num_blocks": 21,
-                    "denoising_steps": "",
-                },  # 21 one-frame blocks = 81 frames; steps: the family's
-                {"world_model": (1, 0), "stream": (5, 0)},
-            ),
-            (3, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/causal_forcing"}, {"video": (2, 2)}),
+            stream_settings(5, "inferix/causal_forcing"),
+            # 21 one-frame blocks = 81 frames; steps: the family's
+            block_denoise(2, {**DENOISE, "num_blocks": 21, "denoising_steps": ""}, world_model=1, stream=5),
+            stream_out(3, "inferix/causal_forcing", 2),
         ],
         [CAUSAL_FORCING_FRAMEWISE, WAN_VAE, UMT5],
     ),
     "lvbench_score": (
         "LV-Bench: generate a long video from an LV-Bench prompt set and score its quality drift",
         [
-            (1, "InferixLoadWorldModel", SF_LOADER, {}),
-            (2, "InferixKVCacheConfig", KV_WINDOW, {"world_model": (1, 0)}),
+            load_world_model(1, SF_LOADER),
+            kv_cache(2, KV_WINDOW, 1),
             (3, "InferixLVBenchPrompts", LVBENCH_PROMPTS, {}),
-            (7, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/lvbench"}, {}),
-            (
-                4,
-                "InferixBlockDenoise",
-                {**DENOISE, "seconds": 30.0},
-                {"world_model": (1, 0), "kv_cache": (2, 0), "prompt_schedule": (3, 0), "stream": (7, 0)},
-            ),
-            (5, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/lvbench"}, {"video": (4, 2)}),
+            stream_settings(7, "inferix/lvbench"),
+            block_denoise(4, {**DENOISE, "seconds": 30.0}, world_model=1, kv_cache=2, prompt_schedule=3, stream=7),
+            stream_out(5, "inferix/lvbench", 4),
             (6, "InferixLVBenchScore", {"metrics": "published (5 VDE metrics)", "chunks": 10}, {"video": (4, 2)}),
         ],
         [SELF_FORCING, WAN_VAE, UMT5],
@@ -366,48 +354,26 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
     "matrix_game2_universal": (
         "Matrix-Game 2.0 universal: an image-started world steered by W/A/S/D and the camera (ComfyUI)",
         [
-            (1, "InferixLoadWorldModel", {**MG2_LOADER, "model": MG2_UNIVERSAL["name"]}, {}),
+            load_world_model(1, {**MG2_LOADER, "model": MG2_UNIVERSAL["name"]}),
             (2, "LoadImage", {"image": "example.png"}, {}),
             (3, "CLIPVisionLoader", {"clip_name": CLIP_VISION_H["name"]}, {}),
             (4, "InferixActionSchedule", {"schedule": MG2_UNIVERSAL_ACTIONS}, {}),
-            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/matrix_game2"}, {}),
-            (
-                6,
-                "InferixBlockDenoise",
-                MG2_DENOISE,
-                {
-                    "world_model": (1, 0),
-                    "action_schedule": (4, 0),
-                    "stream": (5, 0),
-                    "start_image": (2, 0),
-                    "clip_vision": (3, 0),
-                },
-            ),
-            (7, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/matrix_game2"}, {"video": (6, 2)}),
+            stream_settings(5, "inferix/matrix_game2"),
+            block_denoise(6, MG2_DENOISE, world_model=1, action_schedule=4, stream=5, start_image=2, clip_vision=3),
+            stream_out(7, "inferix/matrix_game2", 6),
         ],
         [MG2_UNIVERSAL, MG2_VAE, CLIP_VISION_H],
     ),
     "matrix_game2_gta_drive": (
         "Matrix-Game 2.0 GTA drive: W/S drive, A/D steer, from a start image (ComfyUI)",
         [
-            (1, "InferixLoadWorldModel", {**MG2_LOADER, "model": MG2_GTA["name"]}, {}),
+            load_world_model(1, {**MG2_LOADER, "model": MG2_GTA["name"]}),
             (2, "LoadImage", {"image": "example.png"}, {}),
             (3, "CLIPVisionLoader", {"clip_name": CLIP_VISION_H["name"]}, {}),
             (4, "InferixActionSchedule", {"schedule": MG2_GTA_ACTIONS}, {}),
-            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/matrix_game2_gta"}, {}),
-            (
-                6,
-                "InferixBlockDenoise",
-                MG2_DENOISE,
-                {
-                    "world_model": (1, 0),
-                    "action_schedule": (4, 0),
-                    "stream": (5, 0),
-                    "start_image": (2, 0),
-                    "clip_vision": (3, 0),
-                },
-            ),
-            (7, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/matrix_game2_gta"}, {"video": (6, 2)}),
+            stream_settings(5, "inferix/matrix_game2_gta"),
+            block_denoise(6, MG2_DENOISE, world_model=1, action_schedule=4, stream=5, start_image=2, clip_vision=3),
+            stream_out(7, "inferix/matrix_game2_gta", 6),
         ],
         [MG2_GTA, MG2_VAE, CLIP_VISION_H],
     ),

@@ -15,12 +15,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from inferix_core.cache import KVCacheConfig
 from inferix_core.models.lora import read_lora
 from inferix_core.models.registry import load_world_model
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.session import InteractiveSession
-from tests.fixture_utils import fixture_files, read_fixture
+from tests.fixture_utils import fixture_files, read_fixture, settings_from_metadata
 from tests.pipeline.test_parity import FixtureNoise, Recorder
 
 ATOL = 1e-4
@@ -35,21 +34,6 @@ FILES = [f for f in fixture_files("longlive_*.safetensors") if "switch" not in _
 SWITCH = [f for f in fixture_files("longlive_*.safetensors") if "switch" in _info(f)]
 
 
-def settings(info: dict) -> tuple[SamplingConfig, KVCacheConfig]:
-    p = info["pipeline"]
-    sampling = SamplingConfig(
-        denoising_steps=tuple(p["denoising_step_list"]),
-        warp_denoising_steps=p["warp_denoising_step"],
-        shift=p["timestep_shift"],
-        num_train_timesteps=p["num_train_timesteps"],
-        block_frames=p["num_frame_per_block"],
-        context_noise=p["context_noise"],
-        independent_first_frame=p["independent_first_frame"],
-    )
-    window = p["local_attn_size"]
-    return sampling, KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
-
-
 def world_model(path, info: dict, lora: bool):
     loras = [(str(path.parent / info["lora"]["file"]), 1.0)] if lora else None
     weights = path.parent / info.get("weights_file", path.name)
@@ -59,7 +43,7 @@ def world_model(path, info: dict, lora: bool):
 def generate(path, lora: bool):
     info, t = read_fixture(path)
     wm = world_model(path, info, lora)
-    sampling, cache = settings(info)
+    sampling, cache = settings_from_metadata(info)
     p = info["pipeline"]
     B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(wm.transformer, sampling, cache)
@@ -124,7 +108,7 @@ def test_longlive_base_alone_matches_the_authors_run(path):
 def replay_session(path, recache_style: str | None = None):
     """Their interactive run through our InteractiveSession: same noise, prompts switched at the same blocks."""
     info, t = read_fixture(path)
-    sampling, cache = settings(info)
+    sampling, cache = settings_from_metadata(info)
     p, sw = info["pipeline"], info["switch"]
     _B, _F, _C, H, W = p["latent_shape"]
     wm = world_model(path, info, lora=True)
@@ -164,7 +148,7 @@ def test_the_recache_style_matters_on_this_fixture(path):
 def test_prompt_schedule_with_recache_matches_the_authors_run(path):
     """The same run as a finite request (Block Denoise / generate_video with a prompt schedule)."""
     info, t = read_fixture(path)
-    sampling, cache = settings(info)
+    sampling, cache = settings_from_metadata(info)
     p, sw = info["pipeline"], info["switch"]
     B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(world_model(path, info, lora=True).transformer, sampling, cache)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from inferix_nodes import comfy_runtime as rt
 
+from tests.fixture_utils import tiny_loader_inputs
+
 
 def test_headless_memory_calls_are_no_ops_and_auto_stays_auto():
     assert rt.comfy_mm is None
@@ -13,15 +15,7 @@ def test_headless_memory_calls_are_no_ops_and_auto_stays_auto():
 
 
 def test_headless_world_models_are_not_wrapped(node_classes, models_dir):
-    (model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(
-        model="causal_wan_tiny.safetensors",
-        vae="wan_vae_tiny.safetensors",
-        preview_decoder="none",
-        text_encoder="bundled",
-        dtype="fp32",
-        attention="sdpa",
-        device="auto",
-    )["result"]
+    (model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(**tiny_loader_inputs(device="auto"))["result"]
     assert rt.model_patcher(model) is None
     rt.ensure_loaded(model, 2**30)  # no ComfyUI: nothing to load through
     assert rt.estimate_file_bytes(str(models_dir / "diffusion_models" / "causal_wan_tiny.safetensors"), None) > 0

@@ -18,19 +18,12 @@ import torch
 from safetensors.torch import load_file
 
 from inferix_core.errors import ConfigError
+from tests.fixture_utils import tiny_loader_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COMFY_KEYS = Path(__file__).with_name("comfy_wan21_vae_keys.json")
 COMFY_WAN22_KEYS = Path(__file__).with_name("comfy_wan22_vae_keys.json")
-LOADER = dict(
-    model="causal_wan_tiny.safetensors",
-    vae="wan_vae_tiny.safetensors",
-    preview_decoder="none",
-    text_encoder="bundled",
-    dtype="fp32",
-    attention="sdpa",
-    device="cpu",
-)
+LOADER = tiny_loader_inputs()
 
 
 class FirstStage:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.fixture_utils import tiny_loader_inputs
+
 
 class CoreClipVisionStandIn:
     """What ComfyUI's Load CLIP Vision hands over, as far as we use it: `get_sd()` in transformers names."""
@@ -41,9 +43,7 @@ def test_block_denoise_refuses_an_image_for_a_text_model(node_classes, models_di
     from inferix_core.workflow import execute
 
     workflow = {
-        "1": {"class_type": "InferixLoadWorldModel", "inputs": {
-            "model": "causal_wan_tiny.safetensors", "vae": "wan_vae_tiny.safetensors", "preview_decoder": "none",
-            "text_encoder": "bundled", "dtype": "fp32", "attention": "sdpa", "device": "cpu"}},
+        "1": {"class_type": "InferixLoadWorldModel", "inputs": tiny_loader_inputs()},
         "2": {"class_type": "InferixBlockDenoise", "inputs": {
             "world_model": ["1", 0], "prompt": "", "num_blocks": 1, "seconds": 0.0, "width": 48, "height": 32,
             "denoising_steps": "", "seed": 0, "start_image": ["3", 0]}},

@@ -7,22 +7,14 @@ import torch
 from safetensors.torch import save_file
 
 from inferix_core.models.fp8 import count_fp8_linears
+from tests.fixture_utils import tiny_loader_inputs
 
 MODULES = ("blocks.0.self_attn.q", "blocks.1.ffn.0", "blocks.0.cross_attn.v")
 RANK, ALPHA = 2, 5.0
 
 
 def load(node_classes, fp8=False):
-    (wm,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(
-        model="causal_wan_tiny.safetensors",
-        vae="wan_vae_tiny.safetensors",
-        preview_decoder="none",
-        text_encoder="bundled",
-        dtype="fp32",
-        attention="sdpa",
-        device="cpu",
-        fp8=fp8,
-    )["result"]
+    (wm,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(**tiny_loader_inputs(fp8=fp8))["result"]
     return wm
 
 

@@ -7,16 +7,9 @@ import pytest
 from inferix_core.errors import ConfigError
 from inferix_core.models.fp8 import count_fp8_linears
 from inferix_core.models.memory import MemorySettings, parse_memory_size
+from tests.fixture_utils import tiny_loader_inputs
 
-FILES = dict(
-    model="causal_wan_tiny.safetensors",
-    vae="wan_vae_tiny.safetensors",
-    preview_decoder="none",
-    text_encoder="bundled",
-    dtype="fp32",
-    attention="sdpa",
-    device="cpu",
-)
+FILES = tiny_loader_inputs()
 
 
 def test_settings_reach_the_loaded_model(node_classes, models_dir):

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixture_utils import tiny_loader_inputs
+
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows" / "api"
 QUICKSTART_UI = next((WORKFLOWS.parents[1] / "example_workflows").glob("Inferix Quickstart*.json"))
 
@@ -33,15 +35,7 @@ def tiny_workflow() -> dict:
     return {
         "1": {
             "class_type": "InferixLoadWorldModel",
-            "inputs": {
-                "model": "causal_wan_tiny.safetensors",
-                "vae": "wan_vae_tiny.safetensors",
-                "preview_decoder": "none",
-                "text_encoder": "bundled",
-                "dtype": "fp32",
-                "attention": "sdpa",
-                "device": "cpu",
-            },
+            "inputs": tiny_loader_inputs(),
         },
         "2": {"class_type": "FixtureConditioning", "inputs": {"seed": 3}},
         "3": {
@@ -138,15 +132,7 @@ def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
 def test_block_denoise_never_mutates_inputs_and_repeats(node_classes, models_dir, output_dir):
     load = node_classes["InferixLoadWorldModel"]
     denoise = node_classes["InferixBlockDenoise"]
-    (world_model,) = load().EXECUTE_NORMALIZED(
-        model="causal_wan_tiny.safetensors",
-        vae="wan_vae_tiny.safetensors",
-        preview_decoder="none",
-        text_encoder="bundled",
-        dtype="fp32",
-        attention="sdpa",
-        device="cpu",
-    )["result"]
+    (world_model,) = load().EXECUTE_NORMALIZED(**tiny_loader_inputs())["result"]
     cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1)), {"keep": 1}]]
     kv = node_classes["InferixKVCacheConfig"]().EXECUTE_NORMALIZED(
         window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=0.0, quantization="none"
@@ -180,15 +166,7 @@ def test_block_denoise_never_mutates_inputs_and_repeats(node_classes, models_dir
 def test_prompt_schedule_past_the_end_fails_clearly(node_classes, models_dir, output_dir):
     from inferix_core.errors import ConfigError
 
-    (world_model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(
-        model="causal_wan_tiny.safetensors",
-        vae="wan_vae_tiny.safetensors",
-        preview_decoder="none",
-        text_encoder="bundled",
-        dtype="fp32",
-        attention="sdpa",
-        device="cpu",
-    )["result"]
+    (world_model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(**tiny_loader_inputs())["result"]
     (schedule,) = node_classes["InferixPromptSchedule"]().EXECUTE_NORMALIZED(schedule="0 | a\n60 | b")
     cond = torch.randn(1, 16, 32)
     with pytest.raises(ConfigError, match="starts after the video ends"):
@@ -225,15 +203,7 @@ def test_speed_options_reach_the_loaded_model(node_classes, models_dir):
     from inferix_core.models.fp8 import count_fp8_linears
 
     load = node_classes["InferixLoadWorldModel"]
-    files = dict(
-        model="causal_wan_tiny.safetensors",
-        vae="wan_vae_tiny.safetensors",
-        preview_decoder="none",
-        text_encoder="bundled",
-        dtype="fp32",
-        attention="sdpa",
-        device="cpu",
-    )
+    files = tiny_loader_inputs()
     plain = load().EXECUTE_NORMALIZED(**files)
     (model,) = plain["result"]
     assert count_fp8_linears(model.transformer) == 0

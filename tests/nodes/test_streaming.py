@@ -7,16 +7,9 @@ import pytest
 import torch
 
 from inferix_core.errors import GenerationInterruptedError
+from tests.fixture_utils import tiny_loader_inputs
 
-LOADER = dict(
-    model="causal_wan_tiny.safetensors",
-    vae="wan_vae_tiny.safetensors",
-    preview_decoder="none",
-    text_encoder="bundled",
-    dtype="fp32",
-    attention="sdpa",
-    device="cpu",
-)
+LOADER = tiny_loader_inputs()
 
 
 @pytest.fixture

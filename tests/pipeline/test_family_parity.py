@@ -13,38 +13,22 @@ import dataclasses
 import pytest
 import torch
 
-from inferix_core.cache import KVCacheConfig
 from inferix_core.models.registry import get_family
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks
 from inferix_core.scheduler import FlowMatchScheduler
-from tests.fixture_utils import fixture_files, fixture_weights, read_fixture
+from tests.fixture_utils import (
+    cache_from_metadata,
+    fixture_files,
+    fixture_weights,
+    read_fixture,
+    sampling_from_metadata,
+)
 
 ATOL = 1e-4
 FILES = sorted({f for pat in ("causvid_*", "causal_forcing_*", "krea_*") for f in fixture_files(pat + ".safetensors")})
 IDS = [f.name for f in FILES]
-
-
-def sampling_from(p: dict) -> SamplingConfig:
-    """The authors' run settings (fixture `pipeline`) as our SamplingConfig."""
-    first = p.get("denoising_step_list_first_chunk")
-    return SamplingConfig(
-        denoising_steps=tuple(p["denoising_step_list"]),
-        warp_denoising_steps=p["warp_denoising_step"],
-        shift=p["timestep_shift"],
-        num_train_timesteps=p["num_train_timesteps"],
-        block_frames=p["num_frame_per_block"],
-        context_noise=p["context_noise"],
-        independent_first_frame=p["independent_first_frame"],
-        first_block_denoising_steps=tuple(first) if first else None,
-        kv_recompute_frames=p["kv_cache_num_frames"] if p.get("do_kv_recomp") else 0,
-    )
-
-
-def cache_from(p: dict) -> KVCacheConfig:
-    window = p["local_attn_size"]
-    return KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
 
 
 class FixtureNoise:
@@ -82,8 +66,8 @@ def test_registry_ships_the_authors_settings(path):
     ours = fam.sampling
     if "kv_cache_num_frames" in info.get("user_settings", []):  # a per-session setting the run changed
         ours = dataclasses.replace(ours, kv_recompute_frames=info["pipeline"]["kv_cache_num_frames"])
-    assert ours == sampling_from(info["pipeline"])
-    assert fam.cache == cache_from(info["pipeline"])
+    assert ours == sampling_from_metadata(info["pipeline"])
+    assert fam.cache == cache_from_metadata(info["pipeline"])
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
@@ -102,7 +86,7 @@ def test_pipeline_parity(path):
     info, t = read_fixture(path)
     p = info["pipeline"]
     B, _F, _C, H, W = p["latent_shape"]
-    pipe = BlockDiffusionPipeline(_model(path, info, t), sampling_from(p), cache_from(p))
+    pipe = BlockDiffusionPipeline(_model(path, info, t), sampling_from_metadata(p), cache_from_metadata(p))
     rec = Recorder()
     req = GenerationRequest(
         num_blocks=p["num_blocks"],
@@ -145,7 +129,7 @@ def test_every_denoising_call(path):
     spec = KVCacheSpec(
         cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.frame_tokens(H, W), widest, B, max_frames=max_frames
     )
-    cache = create_kv_cache(cache_from(p), spec)
+    cache = create_kv_cache(cache_from_metadata(p), spec)
     text = model.prepare_context(t["text_context"])
     checked = 0
     with torch.no_grad():

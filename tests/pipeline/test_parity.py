@@ -9,12 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferix_core.cache import KVCacheConfig
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks
 from inferix_core.scheduler import FlowMatchScheduler
-from tests.fixture_utils import fixture_files, fixture_weights, read_fixture
+from tests.fixture_utils import fixture_files, fixture_weights, read_fixture, settings_from_metadata
 
 ATOL = 1e-4
 FILES = fixture_files("causal_wan_*.safetensors")
@@ -46,18 +45,7 @@ def build(path):
     cfg = WanConfig.from_dict(info["config"])
     model = CausalWanTransformer(cfg)
     model.load_state_dict(fixture_weights(path, info, tensors), strict=True)
-    p = info["pipeline"]
-    sampling = SamplingConfig(
-        denoising_steps=tuple(p["denoising_step_list"]),
-        warp_denoising_steps=p["warp_denoising_step"],
-        shift=p["timestep_shift"],
-        num_train_timesteps=p["num_train_timesteps"],
-        block_frames=p["num_frame_per_block"],
-        context_noise=p["context_noise"],
-        independent_first_frame=p["independent_first_frame"],
-    )
-    window = p["local_attn_size"]
-    cache = KVCacheConfig(window_frames=window if window > 0 else -1, sink_frames=p["sink_size"])
+    sampling, cache = settings_from_metadata(info)
     return info, tensors, model.eval(), sampling, cache
 
 

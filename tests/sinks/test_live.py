@@ -190,7 +190,3 @@ def test_headless_chromium_screenshot(tmp_path: Path) -> None:
     image = np.asarray(Image.open(shot).convert("RGB"))
     assert image.shape[:2] == (640, 1100)
     assert image.reshape(-1, 3).std(0).mean() > 20  # not a blank page
-    docs = REPO / "docs" / "images"
-    if os.environ.get("INFERIX_UPDATE_DOC_IMAGES"):
-        docs.mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, docs / "live_view.png")
