@@ -29,6 +29,7 @@ from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, Pi
 from .profiling import NullProfiler, Profiler
 from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
 from .vae.overlap import to_uint8_frames
+from .vae.pixel_window import PixelWindowEncoder
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,16 @@ def decode_video(
         hooks.on_block_end(index, blocks[-1], {"decode_s": time.perf_counter() - t0})
         hooks.check_interrupt()
     return np.concatenate(blocks)
+
+
+def first_frame_encoder_for(world_model: WorldModel, sampling: SamplingConfig) -> PixelWindowEncoder | None:
+    """The VAE in the block loop that Krea's `keep_first_frame=False` needs (None when the run keeps the first frame).
+
+    Refuses, with the fix, a run that would re-encode but has no Wan 2.1 VAE (no silent keep-first fallback).
+    """
+    if not sampling.kv_recompute_frames or sampling.keep_first_frame:
+        return None
+    return PixelWindowEncoder(world_model.vae, sampling.kv_recompute_frames)
 
 
 def plan_run(
@@ -347,6 +358,7 @@ def generate_video(
             )
         else:
             action_tensor = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
+        first_frame_encoder = first_frame_encoder_for(world_model, sampling)
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()
@@ -388,16 +400,18 @@ def generate_video(
         recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
         clean_first_latents=clean_first,
     )
-    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
+    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache, first_frame_encoder=first_frame_encoder)
     # 3. a streaming decoder that keeps its causal cache across blocks
-    stream = None
+    stream, shared = None, False
     if decode:
         dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
         if dec is None:
             for sink in sinks:
                 sink.close()
             raise ConfigError("decode=True needs a VAE: pick a VAE file in LoadWorldModel, or set decode=False")
-        stream = dec.stream_decoder()
+        # Krea's keep_first_frame=False decodes every block inside the loop already: show those pixels
+        shared = first_frame_encoder is not None and dec is world_model.vae and initial_latents is None
+        stream = None if shared else dec.stream_decoder()
     # 4. the block loop
     hooks.on_start(num_blocks)
     t_start = time.perf_counter()
@@ -406,10 +420,13 @@ def generate_video(
         for out in pipe.stream(request, ProfiledHooks(prof, hooks)):
             latents.append(out.latents)
             pix = None
-            if stream is not None:
+            if stream is not None or shared:
                 with stage("decode"):
                     t0 = time.perf_counter()
-                    pixels = stream.decode(out.latents.permute(0, 2, 1, 3, 4))  # (B, 3, T, H, W)
+                    if shared:  # decoded by the first-frame encoder inside the block (Krea's decoder)
+                        pixels = first_frame_encoder.last_pixels
+                    else:
+                        pixels = stream.decode(out.latents.permute(0, 2, 1, 3, 4))  # (B, 3, T, H, W)
                     pix = pixels_to_uint8(pixels)
                     decode_s = time.perf_counter() - t0
                 if first_frame is None and len(pix):
@@ -450,6 +467,6 @@ def generate_video(
 __all__ = [
     "ActionSchedule", "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult",
     "actions_to_tensor", "block_at", "check_plan", "decode_video", "encode_prompt", "encode_start_frames",
-    "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
+    "first_frame_encoder_for", "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
     "plan_run", "seconds_per_block", "seconds_to_blocks",
 ]  # fmt: skip

@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
+from .api import (
+    ProfiledHooks,
+    actions_to_tensor,
+    encode_prompt,
+    first_frame_encoder_for,
+    kv_cache_numbers,
+    latent_size,
+    pixels_to_uint8,
+)
 from .cache import KVCacheConfig
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
@@ -143,8 +151,13 @@ class InteractiveSession:
             }
         )
         lat_h, lat_w = latent_size(world_model, width, height)
+        sampling = sampling or world_model.sampling
+        self._first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
         self.pipeline = BlockDiffusionPipeline(
-            world_model.transformer, sampling or world_model.sampling, cache or world_model.default_cache
+            world_model.transformer,
+            sampling,
+            cache or world_model.default_cache,
+            first_frame_encoder=self._first_frame_encoder,
         )
         with self.profiler.stage("text_encode"):
             if self._image is not None:  # the start image's CLIP tokens take the place of text
@@ -157,14 +170,16 @@ class InteractiveSession:
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
-        self._decoder = None
+        self._decoder, self._shared_pixels = None, False
         if decode:
             dec = (
                 world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
             )
             if dec is None:
                 raise ConfigError("decode=True needs a VAE: load the model with a VAE file, or pass decode=False")
-            self._decoder = dec.stream_decoder()
+            # Krea's keep_first_frame=False decodes every block inside the loop already: show those pixels
+            self._shared_pixels = self._first_frame_encoder is not None and dec is world_model.vae
+            self._decoder = None if self._shared_pixels else dec.stream_decoder()
         # 3. input state: events wait in _pending until a boundary consumes them
         self._pending: deque[dict[str, Any]] = deque()
         # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon
@@ -262,10 +277,14 @@ class InteractiveSession:
         self._remember(out.start_frame, out.latents, action)
         # 4. decode and hand to the sinks
         frames, decode_s = None, 0.0
-        if self._decoder is not None:
+        if self._decoder is not None or self._shared_pixels:
             t0 = time.perf_counter()
             with self.profiler.stage("decode"):
-                frames = pixels_to_uint8(self._decoder.decode(out.latents.permute(0, 2, 1, 3, 4)))
+                if self._shared_pixels:  # decoded by the first-frame encoder inside the block (Krea's decoder)
+                    pixels = self._first_frame_encoder.last_pixels
+                else:
+                    pixels = self._decoder.decode(out.latents.permute(0, 2, 1, 3, 4))
+                frames = pixels_to_uint8(pixels)
             decode_s = time.perf_counter() - t0
             if len(frames):
                 self.profiler.on_first_frame()
