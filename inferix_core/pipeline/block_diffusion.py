@@ -420,7 +420,7 @@ class BlockDiffusionPipeline:
 
         With `keep_first_frame=False`, once `(block − 1)·block_frames ≥ K` the first frame is instead the
         oldest decoded pixel frame still kept, encoded alone (krea-ai/realtime-video release_server.py
-        `get_clean_context_frames`, lines 562-576; `FirstFrameEncoder`).
+        `get_clean_context_frames`, lines 563-576; `FirstFrameEncoder`).
         """
         if state.first_latent is None:
             return None

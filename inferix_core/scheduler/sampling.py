@@ -34,7 +34,7 @@ class SamplingConfig:
     # With kv_recompute_frames > 0: True keeps the first latent frame as the first context frame for good;
     # False (Krea's server default, `GenerateParams.keep_first_frame`, release_server.py:327) replaces it, once
     # (block − 1)·block_frames ≥ K, by the oldest decoded pixel frame still in the window, encoded alone
-    # (`get_clean_context_frames`, release_server.py:562-576): the run then needs the Wan VAE in the loop
+    # (`get_clean_context_frames`, release_server.py:563-576): the run then needs the Wan VAE in the loop
     # (BlockDiffusionPipeline's first_frame_encoder). The `krea` family ships False.
     keep_first_frame: bool = True
     # "renoise": x0 prediction, then re-noise to the next step (Self-Forcing lineage, one noise draw per step).

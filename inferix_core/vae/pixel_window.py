@@ -3,7 +3,7 @@
 krea-ai/realtime-video @ acf4b7b `release_server.py`: every block is decoded as it is generated and its
 pixel frames go into `frame_context_cache = deque(maxlen=1 + (kv_cache_num_frames - 1) * 4)` (lines
 388-389, 721); once the KV window has rolled past the first latent frame, `get_clean_context_frames`
-(lines 562-576) replaces that frame by `encode_video_latent` of the oldest pixel frame still in the deque,
+(lines 563-576) replaces that frame by `encode_video_latent` of the oldest pixel frame still in the deque,
 alone, with a fresh encoder cache (`[None] * 55`). `PixelWindowEncoder` is that deque and that encode,
 on our Wan VAE; the pipeline reaches it through its `FirstFrameEncoder` Protocol.
 
