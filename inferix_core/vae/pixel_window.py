@@ -36,8 +36,9 @@ class PixelWindowEncoder:
     def __init__(self, vae: WanVAE, context_frames: int) -> None:
         if vae is None or not hasattr(vae, "encoder") or getattr(vae.config, "z_dim", None) != 16:
             raise ConfigError(
-                "Krea's keep_first_frame=False re-encodes decoded frames with the Wan 2.1 VAE; load that VAE, "
-                "or set keep_first_frame=True (SamplingConfig) to keep the first latent frame instead"
+                "Krea's keep_first_frame=False re-encodes decoded frames with the Wan 2.1 VAE inside the loop: pick "
+                "that VAE in Inferix Load World Model (--vae), or set keep_first_frame=True (SamplingConfig) to keep "
+                "the first latent frame instead"
             )
         if context_frames < 1:
             raise ConfigError(f"context_frames must be >= 1, got {context_frames}")
