@@ -94,3 +94,31 @@ def test_run_reencodes_and_shows_the_pixels_it_reencodes():
     )  # fmt: skip
     torch.testing.assert_close(res.latents[:, :4], keep.latents[:, :4], atol=0, rtol=0)
     assert (res.latents[:, 4:] - keep.latents[:, 4:]).abs().max() > 1e-4
+
+
+@pytest.mark.slow  # a VAE decode of every block: ~20 s on 2 loaded cores
+def test_session_reencodes_and_shows_the_pixels_it_reencodes():
+    """InteractiveSession runs the same re-encode (its own window per session) and shows Krea's decoder's frames;
+    blocks 0-1 equal a keep-first session's (per-block noise there, so compared session to session)."""
+    from inferix_core.session import InteractiveSession
+
+    wm = dataclasses.replace(tiny_world(), sampling=KREA_LIKE)
+    context = torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(9))
+    calls = []
+    real = PixelWindowEncoder.encode_oldest
+    PixelWindowEncoder.encode_oldest = lambda self: calls.append(len(self.frames)) or real(self)
+    try:
+        session = InteractiveSession(wm, context, width=32, height=16, seed=5)
+        blocks = [session.step() for _ in range(3)]
+    finally:
+        PixelWindowEncoder.encode_oldest = real
+    assert calls == [5]  # before block 2 only
+    latents = torch.cat([b.latents for b in blocks], dim=1)
+    dec = wm.vae.stream_decoder(krea_decoder=True)
+    shown = [pixels_to_uint8(dec.decode(latents[:, a : a + 2].permute(0, 2, 1, 3, 4))) for a in (0, 2, 4)]
+    np.testing.assert_array_equal(np.concatenate([b.frames for b in blocks]), np.concatenate(shown))
+    keep = dataclasses.replace(wm, sampling=dataclasses.replace(KREA_LIKE, keep_first_frame=True))
+    kept = InteractiveSession(keep, context, width=32, height=16, seed=5, decode=False)
+    kept = torch.cat([kept.step().latents for _ in range(3)], dim=1)
+    torch.testing.assert_close(latents[:, :4], kept[:, :4], atol=0, rtol=0)
+    assert (latents[:, 4:] - kept[:, 4:]).abs().max() > 1e-4
