@@ -467,6 +467,6 @@ def generate_video(
 __all__ = [
     "ActionSchedule", "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult",
     "actions_to_tensor", "block_at", "check_plan", "decode_video", "encode_prompt", "encode_start_frames",
-    "first_frame_encoder_for", "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
-    "plan_run", "seconds_per_block", "seconds_to_blocks",
+    "first_frame_encoder_for", "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size",
+    "open_video_sinks", "pixels_to_uint8", "plan_run", "seconds_per_block", "seconds_to_blocks",
 ]  # fmt: skip

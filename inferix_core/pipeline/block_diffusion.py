@@ -403,6 +403,9 @@ class BlockDiffusionPipeline:
                 if prefix is not None:
                     x0[:, :clean] = prefix
         if self.sampling.kv_recompute_frames:
+            if self.first_frame_encoder is not None:  # keep_first_frame=False: the block's pixels, for the re-encode
+                with hooks.stage("decode"):
+                    self.first_frame_encoder.observe(x0)
             self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
         else:
             # context pass: rewrite this block's K/V from the clean x0
@@ -452,8 +455,6 @@ class BlockDiffusionPipeline:
 
     def _remember(self, state: StreamState, x0: torch.Tensor) -> None:
         k = self.sampling.kv_recompute_frames
-        if self.first_frame_encoder is not None:
-            self.first_frame_encoder.observe(x0)
         if state.first_latent is None:
             state.first_latent, x0 = x0[:, :1], x0[:, 1:]
         if k > 1:
