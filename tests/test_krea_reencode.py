@@ -52,6 +52,24 @@ def test_krea_decoder_is_the_full_decode_for_three_latent_frames_then_not():
     assert (krea[:, :, 9:] - full[:, :, 9:]).abs().max() > 1e-3
 
 
+def test_krea_decoder_with_the_speed_options_decodes_the_same_frames():
+    """VAEDecodeOptions (channels-last, fused cache, sub-pixel upsample) take Krea's upsample history along."""
+    import copy
+
+    from inferix_core.vae import VAEDecodeOptions
+
+    vae = tiny_world().vae
+    z = torch.randn(1, 16, 6, 2, 3, generator=torch.Generator().manual_seed(4))
+    ref, fast = (
+        vae.stream_decoder(krea_decoder=True),
+        copy.deepcopy(vae).stream_decoder(krea_decoder=True, options=VAEDecodeOptions.fast()),
+    )
+    a = torch.cat([ref.decode(z[:, :, i : i + 3]) for i in (0, 3)], dim=2)
+    b = torch.cat([fast.decode(z[:, :, i : i + 3]) for i in (0, 3)], dim=2)
+    assert (a - vae.decode(z).clamp(-1, 1)).abs().max() > 1e-3  # Krea's frames, not the full decode's
+    torch.testing.assert_close(b.contiguous(), a, atol=1e-5, rtol=0)
+
+
 def test_pixel_window_is_bounded():
     vae = tiny_world().vae
     window = PixelWindowEncoder(vae, 3)
