@@ -29,6 +29,7 @@ from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, Pi
 from .profiling import NullProfiler, Profiler
 from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
 from .vae.overlap import to_uint8_frames
+from .vae.pixel_window import PixelWindowEncoder
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,16 @@ def decode_video(
         hooks.on_block_end(index, blocks[-1], {"decode_s": time.perf_counter() - t0})
         hooks.check_interrupt()
     return np.concatenate(blocks)
+
+
+def first_frame_encoder_for(world_model: WorldModel, sampling: SamplingConfig) -> PixelWindowEncoder | None:
+    """The VAE in the block loop that Krea's `keep_first_frame=False` needs (None when the run keeps the first frame).
+
+    Refuses, with the fix, a run that would re-encode but has no Wan 2.1 VAE (no silent keep-first fallback).
+    """
+    if not sampling.kv_recompute_frames or sampling.keep_first_frame:
+        return None
+    return PixelWindowEncoder(world_model.vae, sampling.kv_recompute_frames)
 
 
 def plan_run(
@@ -284,13 +295,44 @@ def choose_decoder(world_model: Any, decoder: str = "vae") -> Any:
 
 
 def run_pipeline(
-    world_model: WorldModel, sampling: SamplingConfig | None = None, cache: KVCacheConfig | None = None
+    world_model: WorldModel,
+    sampling: SamplingConfig | None = None,
+    cache: KVCacheConfig | None = None,
+    first_frame_encoder: PixelWindowEncoder | None = None,
 ) -> BlockDiffusionPipeline:
     """The block pipeline of one run (generate_video, InteractiveSession): the model's sampling and cache
-    unless others are given."""
+    unless others are given; Krea's re-encoding VAE in the loop when the run needs it."""
     return BlockDiffusionPipeline(
-        world_model.transformer, sampling or world_model.sampling, cache or world_model.default_cache
+        world_model.transformer,
+        sampling or world_model.sampling,
+        cache or world_model.default_cache,
+        first_frame_encoder=first_frame_encoder,
     )
+
+
+class EncoderPixels:
+    """A stream decoder that hands on the pixels Krea's first-frame encoder decoded inside the block.
+
+    Krea's `keep_first_frame=False` decodes every block in the loop (with Krea's decoder) to re-encode its
+    first frame; showing those pixels decodes each block once, and shows what Krea's server shows.
+    """
+
+    def __init__(self, encoder: PixelWindowEncoder) -> None:
+        self.encoder = encoder
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:  # decoded already, in the loop
+        return self.encoder.last_pixels
+
+
+def run_stream_decoder(
+    world_model: WorldModel, decoder: str, first_frame_encoder: PixelWindowEncoder | None, *, continues: bool = False
+):
+    """The stream decoder of a run: the loop's own pixels when Krea's re-encode already decodes every
+    block with the VAE (and the run does not continue given frames), else a fresh stream of `choose_decoder`."""
+    dec = choose_decoder(world_model, decoder)
+    if first_frame_encoder is not None and dec is world_model.vae and not continues:
+        return EncoderPixels(first_frame_encoder)
+    return dec.stream_decoder()
 
 
 def is_image_run(world_model: WorldModel, start_image: Any) -> bool:
@@ -544,7 +586,7 @@ def generate_video(
             actions=actions, initial_latents=initial_latents, start_frames=start_frames,
             start_image=start_image, clip_vision=clip_vision,
         )  # fmt: skip
-        decoder_module = choose_decoder(world_model, decoder) if decode else None
+        first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
         prof.on_run_start(_run_info(world_model, width, height, num_blocks, seed, sampling, cache))
         # 2. text conditioning (or an image model's CLIP tokens)
         with prof.stage("text_encode"):
@@ -562,9 +604,13 @@ def generate_video(
             clean_first_latents=run.clean_first,
             image_context=run.image_inputs.visual_context if isinstance(run.image_inputs, StartImageInputs) else None,
         )
-        pipe = run_pipeline(world_model, sampling, cache)
+        pipe = run_pipeline(world_model, sampling, cache, first_frame_encoder)
         # 3. a streaming decoder that keeps its causal cache across blocks
-        stream = decoder_module.stream_decoder() if decoder_module is not None else None
+        stream = (
+            run_stream_decoder(world_model, decoder, first_frame_encoder, continues=run.initial_latents is not None)
+            if decode
+            else None
+        )
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()

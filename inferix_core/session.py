@@ -23,14 +23,15 @@ import torch
 from .api import (
     ProfiledHooks,
     actions_to_tensor,
-    choose_decoder,
     decode_to_sinks,
     encode_prompt,
     encode_run_prompt,
+    first_frame_encoder_for,
     is_image_run,
     latent_size,
     profile_block_end,
     run_pipeline,
+    run_stream_decoder,
 )
 from .cache import KVCacheConfig
 from .controls import Control, LiveControls, block_rows
@@ -159,7 +160,9 @@ class InteractiveSession:
             }
         )
         lat_h, lat_w = latent_size(world_model, width, height)
-        self.pipeline = run_pipeline(world_model, sampling, cache)
+        sampling = sampling or world_model.sampling
+        self._first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
+        self.pipeline = run_pipeline(world_model, sampling, cache, self._first_frame_encoder)
         with self.profiler.stage("text_encode"):  # an image model's CLIP tokens take the place of text
             context, _ = encode_run_prompt(world_model, prompt, self._image, encode=self._encode)
         image = self._start.visual_context if self._start is not None else None
@@ -167,7 +170,7 @@ class InteractiveSession:
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
-        self._decoder = choose_decoder(world_model, decoder).stream_decoder() if decode else None
+        self._decoder = run_stream_decoder(world_model, decoder, self._first_frame_encoder) if decode else None
         # 3. input state: events wait in _pending until a boundary consumes them
         self._pending: deque[dict[str, Any]] = deque()
         # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon

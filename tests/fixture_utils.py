@@ -33,7 +33,8 @@ def sampling_from_metadata(p: dict):
     """The authors' run settings (a fixture's `info.pipeline`) as our SamplingConfig.
 
     Optional keys: `denoising_step_list_first_chunk` (Krea's first block) and `do_kv_recomp` with
-    `kv_cache_num_frames` (Krea's KV recompute); without them, the defaults.
+    `kv_cache_num_frames` (Krea's KV recompute), `keep_first_frame` (Krea's first-frame re-encode when
+    false; fixtures written before it was recorded kept the first frame); without them, the defaults.
     """
     from inferix_core.pipeline import SamplingConfig
 
@@ -48,6 +49,7 @@ def sampling_from_metadata(p: dict):
         independent_first_frame=p["independent_first_frame"],
         first_block_denoising_steps=tuple(first) if first else None,
         kv_recompute_frames=p["kv_cache_num_frames"] if p.get("do_kv_recomp") else 0,
+        keep_first_frame=p.get("keep_first_frame", True),
     )
 
 

@@ -120,11 +120,17 @@ FAMILIES: dict[str, Family] = {
         "krea",
         "Krea Realtime 14B (Wan 2.1 14B Self-Forcing distill; 5 steps, KV cache rebuilt from 3 clean frames per block)",
         SamplingConfig(
-            (1000, 750, 500, 250, 0), warp_denoising_steps=True, shift=5.0, block_frames=3, kv_recompute_frames=3
+            (1000, 750, 500, 250, 0),
+            warp_denoising_steps=True,
+            shift=5.0,
+            block_frames=3,
+            kv_recompute_frames=3,
+            keep_first_frame=False,  # GenerateParams' default: the first context frame re-encoded from pixels
         ),
         KVCacheConfig(),
         weights="generator",  # a flat safetensors file: there is only one set of weights
-        reference="krea-ai/realtime-video@acf4b7b release_server.py (GenerateParams, recompute_kv_cache), v2v.py",
+        reference="krea-ai/realtime-video@acf4b7b release_server.py (GenerateParams, recompute_kv_cache, "
+        "get_clean_context_frames), v2v.py",
     ),
     "matrix_game2": Family(  # variant (universal / gta_drive / templerun) from the weights: models/matrix_game2.py
         "matrix_game2",
@@ -220,7 +226,9 @@ class WorldModel:
                 else ""
             )
             + (
-                f", KV recompute from {self.sampling.kv_recompute_frames} clean frames per block"
+                f", KV recompute from {self.sampling.kv_recompute_frames} clean frames per block ("
+                + ("first latent frame kept" if self.sampling.keep_first_frame else "first frame re-encoded by the VAE")
+                + ")"
                 if self.sampling.kv_recompute_frames
                 else ""
             ),

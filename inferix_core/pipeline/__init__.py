@@ -1,6 +1,7 @@
 from .block_diffusion import (
     BlockDiffusionPipeline,
     BlockOutput,
+    FirstFrameEncoder,
     GenerationRequest,
     PipelineHooks,
     SamplingConfig,
@@ -10,6 +11,7 @@ from .block_diffusion import (
 __all__ = [
     "BlockDiffusionPipeline",
     "BlockOutput",
+    "FirstFrameEncoder",
     "GenerationRequest",
     "PipelineHooks",
     "SamplingConfig",

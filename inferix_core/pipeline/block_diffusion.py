@@ -14,11 +14,10 @@ The loop yields each clean block as soon as it exists, so decoding and streaming
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -27,8 +26,6 @@ from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler, FlowUniPCSolver, SamplingConfig
 from ..tensors import to_device_async
-
-log = logging.getLogger(__name__)
 
 
 class SeededNoise:
@@ -111,6 +108,24 @@ class StreamState:
     clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
 
 
+class FirstFrameEncoder(Protocol):
+    """Pixels back into latents for Krea's `keep_first_frame=False` (SamplingConfig.keep_first_frame).
+
+    The pipeline hands it every clean block in order and, once the KV window has rolled past the first
+    latent frame, asks for the re-encoded first context frame. `inferix_core.vae.PixelWindowEncoder` is the
+    implementation on the Wan VAE; the pipeline never imports a VAE.
+    """
+
+    def reset(self) -> None:
+        """Start a new stream."""
+
+    def observe(self, latents: torch.Tensor) -> None:
+        """Take the next clean block (B, n, C, h, w)."""
+
+    def encode_oldest(self) -> torch.Tensor:
+        """The first context frame (B, 1, C, h, w): the oldest decoded pixel frame still kept, encoded alone."""
+
+
 class PipelineHooks:
     """Callbacks of the loop; subclass and override what you need (profiler, progress, previews)."""
 
@@ -131,9 +146,29 @@ class PipelineHooks:
 
 
 class BlockDiffusionPipeline:
-    """Runs a causal transformer block by block against a KV cache."""
+    """Runs a causal transformer block by block against a KV cache.
 
-    def __init__(self, model, sampling: SamplingConfig, cache_config: KVCacheConfig | None = None):
+    `first_frame_encoder` is needed by a KV recompute with `keep_first_frame=False` (Krea's default) and
+    refused otherwise, so it never changes a run silently.
+    """
+
+    def __init__(
+        self,
+        model,
+        sampling: SamplingConfig,
+        cache_config: KVCacheConfig | None = None,
+        first_frame_encoder: FirstFrameEncoder | None = None,
+    ):
+        reencodes = bool(sampling.kv_recompute_frames) and not sampling.keep_first_frame
+        if reencodes and first_frame_encoder is None:
+            raise ConfigError(
+                "keep_first_frame=False (Krea's default) re-encodes the oldest decoded frame as the first KV "
+                "context frame and needs the Wan VAE in the loop: pass first_frame_encoder=PixelWindowEncoder(vae, "
+                "K), load a VAE, or set keep_first_frame=True to keep the first latent frame"
+            )
+        if first_frame_encoder is not None and not reencodes:
+            raise ConfigError("first_frame_encoder is only used by kv_recompute_frames > 0 with keep_first_frame=False")
+        self.first_frame_encoder = first_frame_encoder
         self.model = model
         maybe_enable_sequence_parallel(model)  # under torchrun: tokens split across ranks (docs/parallel.md)
         self.sampling = sampling
@@ -155,8 +190,6 @@ class BlockDiffusionPipeline:
                 self.first_scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
                 self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
         self.first_timesteps = self.first_scheduler.step_timesteps if self.unipc is None else self.timesteps
-        if sampling.kv_recompute_frames:
-            _note_kv_recompute_first_frame()
         self.kv_cache = None  # the last run's cache (for inspection and tests)
 
     @property
@@ -270,6 +303,8 @@ class BlockDiffusionPipeline:
         if extend is not None:
             cache = extend(cache, self.cache_config, spec)
         self.kv_cache = cache
+        if self.first_frame_encoder is not None:
+            self.first_frame_encoder.reset()
         image = None if image_context is None else to_device_async(image_context, self.device)
         text = self.model.prepare_context(to_device_async(context, self.device), *(() if image is None else (image,)))
         return StreamState(
@@ -377,6 +412,9 @@ class BlockDiffusionPipeline:
                 if prefix is not None:
                     x0[:, :clean] = prefix
         if self.sampling.kv_recompute_frames:
+            if self.first_frame_encoder is not None:  # keep_first_frame=False: the block's pixels, for the re-encode
+                with hooks.stage("decode"):
+                    self.first_frame_encoder.observe(x0)
             self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
         else:
             # context pass: rewrite this block's K/V from the clean x0
@@ -390,11 +428,20 @@ class BlockDiffusionPipeline:
 
     # -- Krea's KV recompute (SamplingConfig.kv_recompute_frames) -------------------------------------
     def recompute_context(self, state: StreamState) -> torch.Tensor | None:
-        """The clean frames the cache is rebuilt from: the first latent frame, then the newest K − 1 after it."""
+        """The clean frames the cache is rebuilt from: the first latent frame, then the newest K − 1 after it.
+
+        With `keep_first_frame=False`, once `(block − 1)·block_frames ≥ K` the first frame is instead the
+        oldest decoded pixel frame still kept, encoded alone (krea-ai/realtime-video release_server.py
+        `get_clean_context_frames`, lines 563-576; `FirstFrameEncoder`).
+        """
         if state.first_latent is None:
             return None
         k = self.sampling.kv_recompute_frames
-        parts = [state.first_latent]
+        first = state.first_latent
+        rolled = (state.next_block - 1) * self.sampling.block_frames >= k
+        if self.first_frame_encoder is not None and rolled:
+            first = self.first_frame_encoder.encode_oldest().to(state.first_latent.device, state.first_latent.dtype)
+        parts = [first]
         if k > 1 and state.recent_latents is not None:
             parts.append(state.recent_latents[:, -(k - 1) :])
         return torch.cat(parts, dim=1)
@@ -466,20 +513,6 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
-
-
-_NOTED: set[str] = set()
-
-
-def _note_kv_recompute_first_frame() -> None:
-    """Say once how our KV recompute differs from Krea's server default (docs/models.md, Krea Realtime 14B)."""
-    if "kv_recompute" not in _NOTED:
-        _NOTED.add("kv_recompute")
-        log.warning(
-            "KV recompute keeps the first latent frame as the window's first frame (Krea's keep_first_frame=True); "
-            "Krea's server default instead re-encodes it from decoded pixels once the window rolls, which needs "
-            "the VAE in the loop and is not implemented"
-        )
 
 
 def _unipc_solver(sampling: SamplingConfig) -> FlowUniPCSolver | None:

@@ -31,6 +31,12 @@ class SamplingConfig:
     # the first latent frame followed by the newest K − 1, at positions 0..L−1 (L = min(frames so far, K)),
     # in block-causal chunks at t = 0; the block is then denoised at position L and gets no context pass.
     kv_recompute_frames: int = 0
+    # With kv_recompute_frames > 0: True keeps the first latent frame as the first context frame for good;
+    # False (Krea's server default, `GenerateParams.keep_first_frame`, release_server.py:327) replaces it, once
+    # (block − 1)·block_frames ≥ K, by the oldest decoded pixel frame still in the window, encoded alone
+    # (`get_clean_context_frames`, release_server.py:563-576): the run then needs the Wan VAE in the loop
+    # (BlockDiffusionPipeline's first_frame_encoder). The `krea` family ships False.
+    keep_first_frame: bool = True
     # "renoise": x0 prediction, then re-noise to the next step (Self-Forcing lineage, one noise draw per step).
     # "unipc": the flow UniPC multistep solver (LongLive 2.0 / Wan 2.2), deterministic after the initial noise;
     # denoising_steps must then be its timesteps for len(steps) and shift (e.g. 4 steps, shift 5: 999,937,833,624).
@@ -52,3 +58,8 @@ class SamplingConfig:
             raise ConfigError(f"kv_recompute_frames must be >= 0 (0 = off), got {self.kv_recompute_frames}")
         if self.kv_recompute_frames and self.independent_first_frame:
             raise ConfigError("kv_recompute_frames and independent_first_frame cannot be combined")
+        if self.kv_recompute_frames == 1 and not self.keep_first_frame:
+            raise ConfigError(  # their `[:, -K + 1:]` is `[:, 0:]` at K = 1: every frame, more than the cache holds
+                "kv_recompute_frames=1 with keep_first_frame=False is not a window Krea's code can run; "
+                "use kv_recompute_frames >= 2 or keep_first_frame=True"
+            )

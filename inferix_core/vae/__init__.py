@@ -10,6 +10,7 @@ from .config import (
     WanVAEConfig,
 )
 from .layers import CausalConvCache
+from .pixel_window import PixelWindowEncoder
 from .streaming import DecodeState, SpatialTiling, StreamDecoder, StreamEncoder
 from .taehv import TAEHV, TAEHVConfig, TAEHVStreamDecoder, load_preview_decoder
 from .wan22_vae import Wan22VAE
@@ -23,6 +24,7 @@ __all__ = [
     "WAN22_LATENT_STD",
     "CausalConvCache",
     "DecodeState",
+    "PixelWindowEncoder",
     "SpatialTiling",
     "StreamDecoder",
     "StreamEncoder",

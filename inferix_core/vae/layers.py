@@ -37,15 +37,23 @@ class CausalConvCache:
             frame 0 through without its time conv; the encoder's downsample3d does the same).
         first_frame_bypass: True gives the reference semantics (decode equals the full decode). False
             reproduces the realtime demo's zero-initialised caches, where frame 0 is doubled too.
+        krea_upsample_history: reproduce Krea Realtime's decoder (krea-ai/realtime-video
+            demo_utils/vae_block3.py `Resample.forward`, upsample3d): after a one-frame input the time conv's
+            history becomes [where(previous == 0, 0, current), current] instead of [previous, current], so
+            from the 4th latent frame on (decoded one latent frame per call) the frames differ from the full
+            decode. Off by default (the Wan reference); `StreamDecoder(krea_decoder=True)` turns it on.
     """
 
     frames: dict[str, Tensor] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     first_frame_bypass: bool = True
+    krea_upsample_history: bool = False
 
     def fork(self) -> CausalConvCache:
         """A shallow copy that can be advanced without changing this one."""
-        return CausalConvCache(dict(self.frames), set(self.started), self.first_frame_bypass)
+        return CausalConvCache(
+            dict(self.frames), set(self.started), self.first_frame_bypass, self.krea_upsample_history
+        )
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.frames.values())
@@ -276,9 +284,14 @@ class Upsample(nn.Module):
         if x.shape[2] == 0:
             return head
         B, C, T, H, W = x.shape
+        past = cache.frames.get(self.time_conv.cache_key)
+        y = self.time_conv(x, cache)
+        if cache.krea_upsample_history and T == 1:  # Krea's decoder (CausalConvCache.krea_upsample_history)
+            previous = past[:, :, -1:] if past is not None else torch.zeros_like(x)
+            cache.frames[self.time_conv.cache_key] = torch.cat([torch.where(previous == 0, 0, x), x], dim=2)
         if opts is not None and (opts.fused or opts.channels_last):
-            return _interleave_frames(head, self.time_conv(x, cache), _format(opts))
-        y = self.time_conv(x, cache).reshape(B, 2, C, T, H, W)  # (B, 2, C, T, H, W)
+            return _interleave_frames(head, y, _format(opts))
+        y = y.reshape(B, 2, C, T, H, W)  # (B, 2, C, T, H, W)
         y = y.permute(0, 2, 3, 1, 4, 5).reshape(B, C, 2 * T, H, W)  # frame 2i from half 0, 2i+1 from half 1
         return torch.cat([head, y], dim=2)
 

@@ -107,6 +107,11 @@ class StreamDecoder:
         zero_cache_demo: reproduce the realtime demo's block decoder instead (caches start as zeros so
             frame 0 is doubled too, the first 3 frames are dropped, output clamped to [-1, 1]). It does
             NOT equal the full decode; it exists to compare against the demo.
+        krea_decoder: reproduce Krea Realtime's block decoder instead (krea-ai/realtime-video
+            demo_utils/vae_block3.py `VAEDecoderWrapper`): one latent frame per decoder call, the upsample
+            history of `CausalConvCache.krea_upsample_history`, output clamped to [-1, 1]. Equal to the
+            full decode for the first 3 latent frames only; used where Krea's pixels feed back into
+            generation (their `keep_first_frame=False`, vae/pixel_window.py).
         options: `VAEDecodeOptions` (speed routes to the same frames); None is the reference path.
             With `channels_last`, the VAE's decoder weights are converted once, here.
     """
@@ -119,9 +124,13 @@ class StreamDecoder:
         tiling: SpatialTiling | None = None,
         zero_cache_demo: bool = False,
         options: VAEDecodeOptions | None = None,
+        krea_decoder: bool = False,
     ) -> None:
+        if krea_decoder and zero_cache_demo:
+            raise ConfigError("krea_decoder and zero_cache_demo are two different decoders; pick one")
         self.vae = vae
-        self.latent_frames_per_step = latent_frames_per_step
+        self.krea_decoder = krea_decoder
+        self.latent_frames_per_step = 1 if krea_decoder else latent_frames_per_step
         self.tiling = tiling
         self.zero_cache_demo = zero_cache_demo
         self.options = options
@@ -137,7 +146,7 @@ class StreamDecoder:
         self.state = self.initial_state()
 
     def _new_cache(self) -> CausalConvCache:
-        return CausalConvCache(first_frame_bypass=not self.zero_cache_demo)
+        return CausalConvCache(first_frame_bypass=not self.zero_cache_demo, krea_upsample_history=self.krea_decoder)
 
     @torch.no_grad()
     def decode(self, latents: Tensor) -> Tensor:
@@ -152,7 +161,7 @@ class StreamDecoder:
             )
         else:
             pixels = self._decode_tiled(latents, state)
-        if self.zero_cache_demo:
+        if self.zero_cache_demo or self.krea_decoder:
             pixels = pixels.clamp(-1.0, 1.0)
         if state.frames_to_drop:
             dropped = min(state.frames_to_drop, pixels.shape[2])

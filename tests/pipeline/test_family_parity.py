@@ -3,7 +3,9 @@
 Every `causvid_*`, `causal_forcing_*` and `krea_*` fixture in tests/fixtures (written by
 bench/fixtures/gen_*.py from the authors' code) is found by glob and run through our engine from its
 metadata alone: the authors' settings in `info.pipeline` become our SamplingConfig / KVCacheConfig, and
-the family it names must ship exactly those settings in the registry.
+the family it names must ship exactly those settings in the registry. A Krea fixture run with their
+`keep_first_frame=False` names its tiny Wan VAE (`vae_file`): our run re-encodes through it
+(`PixelWindowEncoder`), and its re-encoded frames are checked on their own too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks
 from inferix_core.scheduler import FlowMatchScheduler
+from inferix_core.vae import WanVAE
+from inferix_core.vae.pixel_window import PixelWindowEncoder
 from tests.fixture_utils import (
     cache_from_metadata,
     fixture_files,
@@ -28,7 +32,12 @@ from tests.fixture_utils import (
 
 ATOL = 1e-4
 FILES = sorted({f for pat in ("causvid_*", "causal_forcing_*", "krea_*") for f in fixture_files(pat + ".safetensors")})
+REENCODE = [f for f in FILES if "vae_file" in read_fixture(f)[0]]
+# a run that decodes and re-encodes every block (the tiny VAE at 64x64 on CPU) takes ~30 s on 2 loaded cores
+RUNS = [pytest.param(f, id=f.name, marks=[pytest.mark.slow] if f in REENCODE else []) for f in FILES]
 IDS = [f.name for f in FILES]
+# settings a Krea session takes per request (release_server.GenerateParams): fixture name -> SamplingConfig field
+PER_SESSION = {"kv_cache_num_frames": "kv_recompute_frames", "keep_first_frame": "keep_first_frame"}
 
 
 class FixtureNoise:
@@ -52,6 +61,20 @@ class Recorder(PipelineHooks):
         self.x0[(index, step)] = x0.clone()
 
 
+def _vae(path, info) -> WanVAE:
+    """The tiny Wan VAE the fixture names (a fixture of its own, `weights.*` in the original Wan layout)."""
+    vae_path = path.parent / info["vae_file"]
+    vae_info, vae_tensors = read_fixture(vae_path)
+    return WanVAE.from_state_dict(fixture_weights(vae_path, vae_info, vae_tensors)).eval()
+
+
+def _first_frame_encoder(path, info) -> PixelWindowEncoder | None:
+    p = info["pipeline"]
+    if not p.get("do_kv_recomp") or p.get("keep_first_frame", True):
+        return None
+    return PixelWindowEncoder(_vae(path, info), p["kv_cache_num_frames"])
+
+
 def _model(path, info, tensors) -> CausalWanTransformer:
     model = CausalWanTransformer(WanConfig.from_dict(info["config"]))
     model.load_state_dict(fixture_weights(path, info, tensors), strict=True)
@@ -64,8 +87,11 @@ def test_registry_ships_the_authors_settings(path):
     info, _ = read_fixture(path)
     fam = get_family(info["family"])
     ours = fam.sampling
-    if "kv_cache_num_frames" in info.get("user_settings", []):  # a per-session setting the run changed
-        ours = dataclasses.replace(ours, kv_recompute_frames=info["pipeline"]["kv_cache_num_frames"])
+    changed = set(info.get("user_settings", []))
+    if info["pipeline"].get("keep_first_frame"):  # never GenerateParams' default (False): a fixture with it changed it
+        changed.add("keep_first_frame")  # (also one written before the generator listed it)
+    for name in sorted(changed):  # a per-session setting the run changed
+        ours = dataclasses.replace(ours, **{PER_SESSION[name]: info["pipeline"][name]})
     assert ours == sampling_from_metadata(info["pipeline"])
     assert fam.cache == cache_from_metadata(info["pipeline"])
 
@@ -81,12 +107,17 @@ def test_timesteps_and_sigmas(path):
     torch.testing.assert_close(sch.sigma_at(torch.cat([ts, torch.zeros(1)])), t["sigmas_used"])
 
 
-@pytest.mark.parametrize("path", FILES, ids=IDS)
+@pytest.mark.parametrize("path", RUNS)
 def test_pipeline_parity(path):
     info, t = read_fixture(path)
     p = info["pipeline"]
     B, _F, _C, H, W = p["latent_shape"]
-    pipe = BlockDiffusionPipeline(_model(path, info, t), sampling_from_metadata(p), cache_from_metadata(p))
+    pipe = BlockDiffusionPipeline(
+        _model(path, info, t),
+        sampling_from_metadata(p),
+        cache_from_metadata(p),
+        first_frame_encoder=_first_frame_encoder(path, info),
+    )
     rec = Recorder()
     req = GenerationRequest(
         num_blocks=p["num_blocks"],
@@ -149,3 +180,29 @@ def test_every_denoising_call(path):
             torch.testing.assert_close(flow, t[call["label"] + ".flow_pred"], atol=ATOL, rtol=0)
             checked += 1
     assert checked == info["trace"]["model_calls"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", REENCODE, ids=[f.name for f in REENCODE])
+def test_reencoded_first_frames(path):
+    """Krea's keep_first_frame=False: the pixel frame re-encoded before each block, and its latent, within 1e-4.
+
+    Our `PixelWindowEncoder` is fed the reference's clean blocks in order (their decoder's pixels through
+    ours in Krea's mode, the window of 1 + 4(K − 1) frames); before each block the reference re-encoded
+    (`reencode_blocks`), its oldest frame and that frame's encoding must be theirs.
+    """
+    info, t = read_fixture(path)
+    p = info["pipeline"]
+    n, k = p["num_frame_per_block"], p["kv_cache_num_frames"]
+    window = _first_frame_encoder(path, info)
+    expected = [b for b in range(p["num_blocks"]) if (b - 1) * n >= k]
+    assert info["reencode_blocks"] == expected and expected, "the window never rolled: the fixture checks nothing"
+    with torch.no_grad():
+        for b in range(p["num_blocks"]):
+            if b in expected:
+                torch.testing.assert_close(window.frames[0], t[f"block{b}.reencode.pixels"], atol=ATOL, rtol=0)
+                latent = window.encode_oldest()
+                assert torch.isfinite(latent).all()
+                torch.testing.assert_close(latent, t[f"block{b}.reencode.latent"], atol=ATOL, rtol=0)
+            window.observe(t["output_latents"][:, b * n : (b + 1) * n])
+    assert len(window.frames) == window.max_frames == 1 + 4 * (k - 1)
