@@ -20,12 +20,14 @@ actions and seed) to within the batch's matmul rounding (tests/test_branching.py
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from .cache.paged import planned_pages
 from .cache.shared import PageArena, StreamKVCache
 from .cache.spec import KVCacheSpec
 from .errors import ConfigError, ShapeMismatchError
@@ -55,9 +57,24 @@ def stream_spec(pipe: BlockDiffusionPipeline, latent_height: int, latent_width: 
     )
 
 
-def new_arena(pipe: BlockDiffusionPipeline, latent_height: int, latent_width: int, num_pages: int | None = None):
-    """An empty PageArena for `pipe`'s cache settings at this latent size (grows as streams need)."""
-    return PageArena(pipe.cache_config, stream_spec(pipe, latent_height, latent_width), num_pages)
+def new_arena(
+    pipe: BlockDiffusionPipeline,
+    latent_height: int,
+    latent_width: int,
+    num_pages: int | None = None,
+    *,
+    streams: int = 1,
+    max_frames: int | None = None,
+) -> PageArena:
+    """An empty PageArena for `pipe`'s cache settings at this latent size; it grows (logged) as streams need.
+
+    Sized `num_pages`, or else for `streams` streams of `max_frames` latent frames each (a global cache's
+    run length; a window needs none), so a known workload never grows the buffers mid-run.
+    """
+    spec = stream_spec(pipe, latent_height, latent_width)
+    if num_pages is None:
+        num_pages = streams * planned_pages(pipe.cache_config, dataclasses.replace(spec, max_frames=max_frames))
+    return PageArena(pipe.cache_config, spec, num_pages)
 
 
 def start_stream(
