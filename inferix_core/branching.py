@@ -106,6 +106,24 @@ def start_stream(
     return StreamState(arena.new_stream(), text, noise, latent_height, latent_width, 1)
 
 
+def adopt_stream(pipe: BlockDiffusionPipeline, state: StreamState, arena: PageArena | None = None) -> StreamState:
+    """The same stream with its KV cache moved into a page arena (copied once), so it can branch or batch.
+
+    For a stream from `pipe.start_stream` or `load_world_state` (a ring or paged cache); the state's
+    prompt K/V, noise and position are kept. A stream already in an arena is returned as is.
+    """
+    if isinstance(state.cache, StreamKVCache):
+        return state
+    if state.batch_size != 1:
+        raise ConfigError(f"only a batch-1 stream can be branched; this one has batch {state.batch_size}")
+    if state.first_latent is not None or state.clean_prefix is not None:
+        raise ConfigError("a stream with KV recompute or clean first latents cannot be moved into a page arena yet")
+    arena = arena or new_arena(pipe, state.latent_height, state.latent_width)
+    cache = arena.adopt(state.cache)
+    return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
+                       state.next_frame, state.next_block)  # fmt: skip
+
+
 def clone_noise(noise) -> SeededNoise:
     """A copy of a SeededNoise that draws what the original would draw next (a fork that keeps the seed)."""
     if not isinstance(noise, SeededNoise):

@@ -162,3 +162,22 @@ def test_one_fork_equals_its_run_alone_bitwise():
     fut = Future(context=prompts[1], actions=actions[1], seed=11)
     (got,) = Branches(pipe, parent, [fut]).run(2)
     assert torch.equal(got, _alone(pipe, prompts, actions, 3, fut, fut.actions, 2))
+
+
+@pytest.mark.parametrize("name", list(CACHES))
+def test_a_resumed_world_can_branch(tmp_path, name):
+    """save → load (a plain paged cache) → adopt into an arena → fork: the fork continues as the saved run."""
+    from inferix_core.branching import adopt_stream
+    from inferix_core.world_state import load_world_state, model_identity, save_world_state
+
+    pipe, (prompts, actions) = _pipe(CACHES[name]), _inputs()
+    state = pipe.start_stream(prompts[0], H, W, seed=5)
+    _past(pipe, state, actions[0], 4)  # the window has slid (window 9): adoption copies only live frames
+    ident = model_identity(pipe.model, "test")
+    path = save_world_state(tmp_path / "w.safetensors", pipe, state, identity=ident)
+    want = torch.cat([pipe.denoise_block(state, actions[1][:, N * b : N * (b + 1)]).latents for b in range(2)], 1)
+    loaded = load_world_state(path, pipe, identity=ident)
+    adopted = adopt_stream(pipe, loaded)
+    assert isinstance(adopted.cache, StreamKVCache) and adopted.next_frame == 4 * N
+    (got,) = Branches(pipe, adopted, [Future(actions=actions[1])]).run(2)
+    assert torch.equal(got, want)

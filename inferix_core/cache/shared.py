@@ -103,6 +103,36 @@ class PageArena:
         """An empty stream whose pages come from this arena."""
         return StreamKVCache(self)
 
+    def adopt(self, cache) -> StreamKVCache:
+        """A stream in this arena holding what `cache` (a ring or paged cache of batch 1 and the same
+        settings, e.g. one a world state was loaded into) holds: its live frames' K/V, copied once, and its
+        window bookkeeping. The stream then continues as `cache` would (bitwise for a paged source: the
+        same values are attended in the same order)."""
+        for attr in ("window_frames", "sink_frames"):
+            if getattr(cache.config, attr) != getattr(self.config, attr):
+                raise ConfigError(
+                    f"the cache to adopt has {attr}={getattr(cache.config, attr)}, this arena "
+                    f"{getattr(self.config, attr)}; build the arena with the same cache settings"
+                )
+        if cache.spec.batch_size != 1 or cache.spec.frame_tokens != self.spec.frame_tokens:
+            raise ConfigError("the cache to adopt must be one batch-1 stream at this arena's latent size")
+        stream = StreamKVCache(self)
+        frames = cache.resident_frames()
+        pages = sorted({f // self.page_frames for f in frames})
+        for lp, pid in zip(pages, self.allocate(len(pages)), strict=True):
+            stream.table.add(lp, pid)
+        idx = torch.from_numpy(token_slots(stream.table.frame_slots(frames), self.spec.frame_tokens))
+        idx = idx.to(self.k[0].device)
+        for layer in range(self.spec.num_layers):
+            k, v = cache.logical_kv(layer)  # (1, L, H, D) in resident order
+            self.k[layer].index_copy_(0, idx, k[0].to(self.spec.dtype))
+            self.v[layer].index_copy_(0, idx, v[0].to(self.spec.dtype))
+        stream.end_frame, stream.window_origin = cache.end_frame, cache.window_origin
+        stream.num_evictions, stream.num_eviction_events, stream.num_calls = (
+            cache.num_evictions, cache.num_eviction_events, cache.num_calls
+        )  # fmt: skip
+        return stream
+
     def page_bytes(self) -> int:
         """K and V bytes of one page over all layers."""
         return self.spec.num_layers * self.spec.page_size_bytes(page_frames=self.page_frames)
