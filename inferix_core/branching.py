@@ -20,19 +20,24 @@ actions and seed) to within the batch's matmul rounding (tests/test_branching.py
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .cache.paged import planned_pages
 from .cache.shared import PageArena, StreamKVCache
-from .cache.spec import KVCacheSpec
+from .cache.spec import KVCacheConfig, KVCacheSpec
+from .conditioning import encode_prompt, latent_size
 from .errors import ConfigError, ShapeMismatchError
+from .image_world import takes_start_image
+from .models.registry import WorldModel
 from .parallel import head_shards
-from .pipeline import BlockDiffusionPipeline, BlockOutput, SeededNoise
+from .pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
 from .pipeline.batched import denoise_streams
 from .pipeline.block_diffusion import StreamState
 from .tensors import to_device_async
@@ -260,3 +265,91 @@ def release_stream(state: StreamState) -> None:
     """Drop a stream's page references (e.g. the parent once its forks are what goes on)."""
     if isinstance(state.cache, StreamKVCache):
         state.cache.release()
+
+
+def pixels_to_frames(pixels: torch.Tensor) -> np.ndarray:
+    """(1, 3, T, H, W) in [-1, 1] → (T, H, W, 3) uint8, the sinks' layout."""
+    x = ((pixels[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return x.permute(1, 2, 3, 0).contiguous().cpu().numpy()
+
+
+@dataclass
+class BranchedVideo:
+    """A common past and N futures: latents (1, F, C, h, w) and, when decoded, uint8 frames [T, H, W, 3]."""
+
+    past_latents: torch.Tensor
+    future_latents: list[torch.Tensor]
+    past_frames: np.ndarray | None
+    future_frames: list[np.ndarray] | None
+    fps: float
+    stats: dict
+
+    def side_by_side(self) -> np.ndarray:
+        """The futures' frames next to each other, left to right: [T, H, N·W, 3]."""
+        if self.future_frames is None:
+            raise ConfigError("this branched video was not decoded (decode=False)")
+        return np.concatenate(self.future_frames, axis=2)
+
+    def chosen(self, index: int) -> np.ndarray:
+        """Past + future `index` as one video [T, H, W, 3] (the future that was kept)."""
+        if self.future_frames is None:
+            raise ConfigError("this branched video was not decoded (decode=False)")
+        if not 0 <= index < len(self.future_frames):
+            raise ConfigError(f"future {index} does not exist; there are {len(self.future_frames)} (0-based)")
+        return np.concatenate([self.past_frames, self.future_frames[index]])
+
+
+def branch_video(
+    world_model: WorldModel,
+    prompt: str | torch.Tensor,
+    futures: Sequence[str | torch.Tensor | None],
+    *,
+    past_blocks: int,
+    future_blocks: int,
+    width: int,
+    height: int,
+    seed: int = 0,
+    future_seeds: Sequence[int | None] | None = None,
+    cache: KVCacheConfig | None = None,
+    sampling: SamplingConfig | None = None,
+    decode: bool = True,
+) -> BranchedVideo:
+    """Generate `past_blocks` under `prompt`, fork one future per entry of `futures` (a prompt, or None to
+    keep `prompt`) and run them batched for `future_blocks` blocks; decode the past once and each future
+    from the past's decoder state. `future_seeds[i]` None continues the past's noise; default seed + 1 + i.
+    """
+    if takes_start_image(world_model):
+        raise ConfigError("branching an image-started world (Matrix-Game) is not supported yet")
+    if not futures:
+        raise ConfigError("give at least one future (a prompt, or None to keep the past's)")
+    if past_blocks < 1 or future_blocks < 1:
+        raise ConfigError(f"past_blocks and future_blocks must be >= 1, got {past_blocks} and {future_blocks}")
+    seeds = list(future_seeds) if future_seeds is not None else [seed + 1 + i for i in range(len(futures))]
+    if len(seeds) != len(futures):
+        raise ConfigError(f"{len(seeds)} future seeds for {len(futures)} futures")
+    sampling = sampling or world_model.sampling
+    cache = cache or world_model.default_cache
+    lat_h, lat_w = latent_size(world_model, width, height)
+    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
+    n = sampling.block_frames
+    arena = new_arena(pipe, lat_h, lat_w, streams=len(futures) + 1, max_frames=(past_blocks + future_blocks) * n)
+    parent = start_stream(pipe, encode_prompt(world_model, prompt), lat_h, lat_w, seed=seed, arena=arena)
+    past = torch.cat([pipe.denoise_block(parent).latents for _ in range(past_blocks)], dim=1)
+    contexts = [None if f is None else encode_prompt(world_model, f) for f in futures]
+    branches = Branches(pipe, parent, [Future(context=c, seed=s) for c, s in zip(contexts, seeds, strict=True)])
+    latents = branches.run(future_blocks)
+    stats = branches.stats()
+    branches.keep()
+    release_stream(parent)
+    past_frames = future_frames = None
+    if decode:
+        if world_model.vae is None:
+            raise ConfigError("decode=True needs a VAE: pick a VAE file in Load World Model, or set decode=False")
+        decoder = world_model.vae.stream_decoder()
+        past_frames = pixels_to_frames(decoder.decode(past.permute(0, 2, 1, 3, 4)))
+        future_frames = []
+        for lat in latents:
+            d = copy.copy(decoder)  # the same VAE, the past's causal caches forked
+            d.state = decoder.state.fork()
+            future_frames.append(pixels_to_frames(d.decode(lat.permute(0, 2, 1, 3, 4))))
+    return BranchedVideo(past, latents, past_frames, future_frames, world_model.fps, stats)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .branching import new_arena, start_stream
+from .branching import new_arena, pixels_to_frames, start_stream
 from .cache.planner import MemoryPlan, available_memory_bytes, plan_memory
 from .errors import CacheBudgetError, ConfigError, ShapeMismatchError
 from .pipeline import BlockDiffusionPipeline, BlockOutput
@@ -42,12 +42,6 @@ log = logging.getLogger(__name__)
 
 POLICIES = ("drop", "stop")
 _CLOSE = object()
-
-
-def pixels_to_frames(pixels: torch.Tensor) -> np.ndarray:
-    """(1, 3, T, H, W) in [-1, 1] → (T, H, W, 3) uint8, the sinks' layout."""
-    x = ((pixels[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return x.permute(1, 2, 3, 0).contiguous().cpu().numpy()
 
 
 class Outlet:

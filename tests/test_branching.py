@@ -181,3 +181,30 @@ def test_a_resumed_world_can_branch(tmp_path, name):
     assert isinstance(adopted.cache, StreamKVCache) and adopted.next_frame == 4 * N
     (got,) = Branches(pipe, adopted, [Future(actions=actions[1])]).run(2)
     assert torch.equal(got, want)
+
+
+@pytest.mark.slow  # decodes 4 videos with the tiny Wan VAE (~50 s on a shared 2-core machine)
+def test_branch_video_decodes_the_past_once_and_each_future_from_its_state():
+    from inferix_core.branching import branch_video
+    from tests.test_api import tiny_world
+
+    wm = tiny_world()
+    g = torch.Generator().manual_seed(2)
+    prompt, other = torch.randn(1, 4, 8, generator=g), torch.randn(1, 4, 8, generator=g)
+    res = branch_video(wm, prompt, [None, other], past_blocks=2, future_blocks=2, width=48, height=32, seed=3,
+                       future_seeds=[None, 9])  # fmt: skip
+    # future 0 keeps prompt and noise: the uninterrupted run
+    pipe = BlockDiffusionPipeline(wm.transformer, wm.sampling, wm.default_cache)
+    state = pipe.start_stream(prompt, 4, 6, seed=3)
+    plain = torch.cat([pipe.denoise_block(state).latents for _ in range(4)], dim=1)
+    got = torch.cat([res.past_latents, res.future_latents[0]], dim=1)
+    assert (got - plain).abs().max().item() <= 1e-5
+    assert (res.future_latents[0] - res.future_latents[1]).abs().max() > 1e-2
+    for i in range(2):  # past decoded once + the future from the past's decoder state == one full decode
+        lat = torch.cat([res.past_latents, res.future_latents[i]], dim=1)
+        full = ((wm.vae.decode(lat.permute(0, 2, 1, 3, 4))[0].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+        full = full.permute(1, 2, 3, 0).numpy()
+        assert res.chosen(i).shape == full.shape
+        assert abs(res.chosen(i).astype(int) - full.astype(int)).max() <= 1
+    assert res.side_by_side().shape == (res.future_frames[0].shape[0], 32, 2 * 48, 3)
+    assert res.stats["forks"] == 2 and res.stats["used_pages"] > 0
