@@ -349,7 +349,59 @@ def branch_video(
         past_frames = pixels_to_frames(decoder.decode(past.permute(0, 2, 1, 3, 4)))
         future_frames = []
         for lat in latents:
-            d = copy.copy(decoder)  # the same VAE, the past's causal caches forked
-            d.state = decoder.state.fork()
+            d = fork_decoder(decoder)  # the same VAE, the past's causal caches forked
             future_frames.append(pixels_to_frames(d.decode(lat.permute(0, 2, 1, 3, 4))))
     return BranchedVideo(past, latents, past_frames, future_frames, world_model.fps, stats)
+
+
+def fork_decoder(decoder):
+    """A streaming decoder that continues from `decoder`'s causal caches without touching them."""
+    other = copy.copy(decoder)  # the same VAE and options
+    other.state = decoder.state.fork()
+    return other
+
+
+class LiveBranch:
+    """Futures of a running stream for an interactive session: stepped batched, each decoded with a fork of
+    the stream's decoder, their frames kept until one is picked (`InteractiveSession`'s "branch here")."""
+
+    def __init__(self, pipe: BlockDiffusionPipeline, state: StreamState, futures: list[Future], decoder=None):
+        self.pipe = pipe
+        self.parent = adopt_stream(pipe, state)  # a plain cache is copied into an arena once
+        self._adopted = self.parent is not state  # then the caller's state still holds its own cache
+        self.branches = Branches(pipe, self.parent, futures)
+        self.decoders = None if decoder is None else [fork_decoder(decoder) for _ in futures]
+        self.frames: list[list[tuple[int, np.ndarray]]] = [[] for _ in futures]  # (block index, frames) per fork
+
+    @property
+    def num_futures(self) -> int:
+        return len(self.branches.forks)
+
+    def step(self) -> tuple[list[BlockOutput], list[np.ndarray] | None]:
+        """One block of every future; their decoded frames (None without a decoder)."""
+        outs = self.branches.step()
+        if self.decoders is None:
+            return outs, None
+        frames = []
+        for i, (out, dec) in enumerate(zip(outs, self.decoders, strict=True)):
+            f = pixels_to_frames(dec.decode(out.latents.permute(0, 2, 1, 3, 4)))
+            self.frames[i].append((out.index, f))
+            frames.append(f)
+        return outs, frames
+
+    def pick(self, index: int):
+        """Keep future `index`: (its StreamState, its decoder or None, its Fork with the blocks it generated,
+        its decoded (block index, frames) so far); every other page is released."""
+        if not 0 <= index < self.num_futures:
+            raise ConfigError(f"future {index} does not exist; there are {self.num_futures} (0-based)")
+        fork = self.branches.forks[index]
+        (state,) = self.branches.keep(index)
+        release_stream(self.parent)
+        decoder = None if self.decoders is None else self.decoders[index]
+        return state, decoder, fork, self.frames[index]
+
+    def drop(self) -> None:
+        """Keep none of the futures (the parent stream goes on with the state it had)."""
+        self.branches.keep()
+        if self._adopted:
+            release_stream(self.parent)
