@@ -168,14 +168,19 @@ class _ArenaStore:
         self.write_index = DeviceIndex(arena.spec.device)
         self.read_index = DeviceIndex(arena.spec.device)
         self._plan: CallPlan | None = None
+        self._indices: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def commit(self, plan: CallPlan) -> None:
-        self._plan = plan
+        self._plan, self._indices = plan, None
 
     def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ft = self.arena.spec.frame_tokens
-        w = self.write_index.load(token_slots(self._plan.write_frame_slots, ft))
-        r = self.read_index.load(token_slots(self._plan.live_frame_slots, ft))
+        if self._indices is None:  # once per call, on its first layer
+            ft = self.arena.spec.frame_tokens
+            self._indices = (
+                self.write_index.load(token_slots(self._plan.write_frame_slots, ft)),
+                self.read_index.load(token_slots(self._plan.live_frame_slots, ft)),
+            )
+        w, r = self._indices
         kb, vb = self.arena.k[layer], self.arena.v[layer]
         kb.index_copy_(0, w, k[0].to(kb.dtype))
         vb.index_copy_(0, w, v[0].to(vb.dtype))
