@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .cache import create_kv_cache
 from .cache.paged import planned_pages
 from .cache.shared import PageArena, StreamKVCache
 from .cache.spec import KVCacheConfig, KVCacheSpec
@@ -125,6 +126,43 @@ def adopt_stream(pipe: BlockDiffusionPipeline, state: StreamState, arena: PageAr
         raise ConfigError("a stream with KV recompute or clean first latents cannot be moved into a page arena yet")
     arena = arena or new_arena(pipe, state.latent_height, state.latent_width)
     cache = arena.adopt(state.cache)
+    return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
+                       state.next_frame, state.next_block)  # fmt: skip
+
+
+def to_plain_stream(pipe: BlockDiffusionPipeline, state: StreamState) -> StreamState:
+    """The same stream with its live frames copied out of the arena into the cache `pipe` builds by itself
+    (ring or paged): the inverse of `adopt_stream`, e.g. to save a kept fork with `save_world_state`.
+
+    The frames are written back through the cache's own begin()/update() in their contiguous runs (sink
+    frames, then the window), so the copy attends to the same frames; a ring cache may order its slots
+    differently from the arena, which changes sums in the last bits only.
+    """
+    if not isinstance(state.cache, StreamKVCache):
+        return state
+    src = state.cache
+    src._check_live()
+    spec = dataclasses.replace(src.spec, max_frames=src.end_frame if pipe.cache_config.is_global else None)
+    cache = create_kv_cache(pipe.cache_config, spec)
+    frames = src.resident_frames()
+    runs: list[list[int]] = []
+    for f in frames:
+        if runs and runs[-1][-1] + 1 == f:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    for run in runs:
+        if run[0] > cache.end_frame:
+            cache.restart(run[0])
+        cache.begin(run[0], len(run))
+        slots = src.frame_slots(run)
+        for layer in range(spec.num_layers):
+            cache.layer(layer).update(*src.store.read_frames(layer, run, slots))
+    if cache.resident_frames() != frames or cache.end_frame != src.end_frame:
+        raise ConfigError(  # an invariant of the copy, not a user mistake
+            f"copying the stream out of its arena left frames {cache.resident_frames()} (end {cache.end_frame}); "
+            f"expected {frames} (end {src.end_frame})"
+        )
     return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
                        state.next_frame, state.next_block)  # fmt: skip
 

@@ -208,3 +208,28 @@ def test_branch_video_decodes_the_past_once_and_each_future_from_its_state():
         assert abs(res.chosen(i).astype(int) - full.astype(int)).max() <= 1
     assert res.side_by_side().shape == (res.future_frames[0].shape[0], 32, 2 * 48, 3)
     assert res.stats["forks"] == 2 and res.stats["used_pages"] > 0
+
+
+@pytest.mark.parametrize(
+    "cache", [CACHES["window_sink_page3"], KVCacheConfig(window_frames=9, sink_frames=3)], ids=["paged", "ring"]
+)
+def test_a_kept_fork_can_be_saved_and_resumed(tmp_path, cache):
+    """fork → keep → to_plain_stream → save → load → continue == the kept fork continuing in its arena."""
+    from inferix_core.branching import to_plain_stream
+    from inferix_core.world_state import load_world_state, model_identity, save_world_state
+
+    pipe, (prompts, actions) = _pipe(cache), _inputs()
+    parent = start_stream(pipe, prompts[0], H, W, seed=5)
+    _past(pipe, parent, actions[0], 3)
+    branches = Branches(pipe, parent, [Future(seed=1), Future(context=prompts[2], seed=2)])
+    branches.run(2)
+    (kept,) = branches.keep(1)
+    release_stream(parent)
+    ident = model_identity(pipe.model, "test")
+    path = save_world_state(tmp_path / "fork.safetensors", pipe, to_plain_stream(pipe, kept), identity=ident)
+    want = [pipe.denoise_block(kept, actions[1][:, N * b : N * (b + 1)]).latents for b in range(2)]
+    resumed = load_world_state(path, pipe, identity=ident)
+    assert resumed.next_frame == 5 * N and not isinstance(resumed.cache, StreamKVCache)
+    for b in range(2):
+        got = pipe.denoise_block(resumed, actions[1][:, N * b : N * (b + 1)]).latents
+        assert torch.isfinite(got).all() and (got - want[b]).abs().max().item() <= 1e-5
