@@ -336,6 +336,11 @@ class InteractiveSession:
         if self.closed:
             return
         self.closed = True
+        if self._branch is not None:  # the futures were only shown; the files end at the branch point
+            log.warning("closed while branched: the %d futures' %d blocks were shown but none was kept (pick one "
+                        "before stopping to write it)", self._branch.num_futures, len(self._branch_actions))  # fmt: skip
+            self._branch.drop()
+            self._branch = None
         for sink in self.sinks:
             sink.close()
         self.profiler.on_run_end()
