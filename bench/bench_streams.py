@@ -128,7 +128,9 @@ def bench_forks(pipe, context, h, w, forks: int, past: int, future: int, device)
                 pipe.denoise_block(state)
             del state
     page_gib = stats["page_bytes"] / 2**30
-    pages_separate = forks * -(-(past + future) * bf // (pipe.cache_config.page_frames or bf))
+    cfg = pipe.cache_config
+    held = (past + future) * bf if cfg.is_global else min(cfg.window_frames, (past + future) * bf)
+    pages_separate = forks * -(-held // (cfg.page_frames or bf))  # each run's frames, in pages of the same size
     return {
         "forks": forks,
         "past_blocks": past,
@@ -141,7 +143,7 @@ def bench_forks(pipe, context, h, w, forks: int, past: int, future: int, device)
         "page_copies": stats["page_copies"],
         "separate_s": separate.seconds,
         "separate_peak_gib": separate.peak_gib,
-        "separate_kv_pages": pages_separate,  # global attention: every frame of every run, in pages
+        "separate_kv_pages": pages_separate,  # what the separate runs' caches hold, all kept at once
         "separate_kv_gib": pages_separate * page_gib,
         "speedup": separate.seconds / branched.seconds,
     }
