@@ -33,6 +33,7 @@ from .api import (
     run_pipeline,
     run_stream_decoder,
 )
+from .branching import Future, LiveBranch
 from .cache import KVCacheConfig
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 # "blocks" re-runs every resident block's context pass in order; the default per family is in the registry.
 RECACHE_STYLES = ("window", "blocks")
 MAX_QUEUED_ACTIONS = 8  # actions waiting for their blocks (one block each)
+MAX_FUTURES = 4  # futures of one "branch here", shown side by side
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,12 @@ class InteractiveSession:
         self.control_log: list[Control] = []  # keyboard/mouse models: the state written into each block
         self.prompt_log: list[tuple[int, str]] = [(0, self.prompt)]  # (first block, prompt label)
         self.num_recaches = 0
+        # "branch here": futures of this stream running side by side until one is picked (docs/world_state.md)
+        self.seed = seed
+        self._branch: LiveBranch | None = None
+        self._branch_labels: list[str] = []
+        self._branch_action: torch.Tensor | None = None
+        self._branch_actions: list[torch.Tensor | None] = []  # each branched block's action, for the kept history
 
     # -- inputs (thread-safe: they only enqueue) -------------------------------------------------------
     def send(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +251,9 @@ class InteractiveSession:
             raise ConfigError("this session is closed; start a new InteractiveSession")
         # 1. the block boundary: apply queued inputs in order
         new_prompts = self._apply_inputs()
+        if new_prompts and self._branch is not None:  # each future has its prompt: pick one first
+            log.warning("prompt %r ignored while branched; pick a future first", new_prompts[-1][:60])
+            new_prompts = []
         recache_s = self._switch_prompt(new_prompts) if new_prompts else 0.0  # while paused too: resume under it
         if self.stopped or self.paused:
             return None
@@ -263,6 +274,8 @@ class InteractiveSession:
             action, name = self._start.for_block(self.state.next_frame, n), None
         else:
             action = None if name is None else actions_to_tensor(self.world_model, [name], n)
+        if self._branch is not None:
+            return self._branch_step(name, action)
         # 3. denoise the block and write its clean K/V
         out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler))
         self._last_action = name if name is not None else self._last_action
@@ -322,6 +335,11 @@ class InteractiveSession:
         if self.closed:
             return
         self.closed = True
+        if self._branch is not None:  # the futures were only shown; the files end at the branch point
+            log.warning("closed while branched: the %d futures' %d blocks were shown but none was kept (pick one "
+                        "before stopping to write it)", self._branch.num_futures, len(self._branch_actions))  # fmt: skip
+            self._branch.drop()
+            self._branch = None
         for sink in self.sinks:
             sink.close()
         self.profiler.on_run_end()
@@ -362,6 +380,10 @@ class InteractiveSession:
             elif kind == "stop":
                 self.stopped = True
                 log.info("stop requested after %d blocks", self.state.next_block)
+            elif kind == "branch":
+                self.branch(event["futures"])
+            elif kind == "pick":
+                self.pick(event["index"])
             self._pending.popleft()
         return new_prompts
 
@@ -445,6 +467,94 @@ class InteractiveSession:
         self.num_recaches += 1
         log.debug("re-cached frames %d..%d in one pass under the new prompt", first, self.state.next_frame - 1)
         return True
+
+    # -- "branch here" ---------------------------------------------------------------------------------
+    @property
+    def branching(self) -> bool:
+        return self._branch is not None
+
+    def branch(self, futures: list[str | None]) -> bool:
+        """Fork the stream here into futures (a prompt each, None = the current prompt) shown side by side.
+
+        The futures share the stream's KV pages copy-on-write and run as one batch per block, all with the
+        actions the session receives, until `pick()`. Future 0 with None continues the stream's own noise
+        (the future that would have come); the others draw from seed + 1 + i + 100 × the branch block.
+        Only sinks with `shows_branches` (the live view) see the side-by-side frames; the others get the
+        kept future's frames when it is picked. Returns False (logged) where branching is not possible.
+        """
+        if self._branch is not None:
+            log.warning("already branched at block %d; pick a future first", self.state.next_block)
+            return False
+        if self._image is not None:
+            log.warning("image-started (keyboard/mouse) models cannot branch yet; branch ignored")
+            return False
+        futures = list(futures)[:MAX_FUTURES]
+        if not futures:
+            log.warning("a branch needs at least one future; ignored")
+            return False
+        block = self.state.next_block
+        futs = []
+        for i, text in enumerate(futures):
+            seed = None if i == 0 and text is None else self.seed + 1 + i + 100 * block
+            futs.append(Future(context=None if text is None else self._encode(text), seed=seed,
+                               actions=lambda start, n: self._branch_action, name=text or self.prompt))  # fmt: skip
+        try:
+            self._branch = LiveBranch(self.pipeline, self.state, futs, self._decoder)
+        except ConfigError as exc:  # e.g. an offloaded or quantized cache: say so, keep streaming
+            log.warning("cannot branch here: %s", exc)
+            return False
+        self._branch_labels = [f.name for f in futs]
+        self._branch_actions = []
+        log.info("branched at block %d into %d futures: %s", block, len(futs), self._branch_labels)
+        return True
+
+    def pick(self, index: int) -> bool:
+        """Keep future `index` (−1: none, the stream goes on as before the branch); False if not branching."""
+        if self._branch is None:
+            log.warning("no futures to pick from (send a branch first)")
+            return False
+        branch, self._branch = self._branch, None
+        if index < 0:
+            branch.drop()
+            log.info("kept none of the futures; the stream goes on from block %d", self.state.next_block)
+            return True
+        if index >= branch.num_futures:
+            log.warning("future %d does not exist (there are %d); kept none", index, branch.num_futures)
+            branch.drop()
+            return False
+        state, decoder, fork, frames = branch.pick(index)
+        self.state = state
+        if decoder is not None:
+            self._decoder = decoder
+        if fork.future.context is not None:
+            self._context, self.prompt = fork.future.context, self._branch_labels[index]
+            self.prompt_log.append((fork.state.next_block - len(fork.blocks), self.prompt))
+        n = self.pipeline.sampling.block_frames
+        for k, (latents, action) in enumerate(zip(fork.blocks, self._branch_actions, strict=True)):
+            self._remember(fork.origin_frame + k * n, latents, action)
+        for block_index, f in frames:  # what the other sinks have not seen yet
+            for sink in self.sinks:
+                if not getattr(sink, "shows_branches", False):
+                    sink.write(f, block_index)
+        log.info("kept future %d (%s) of %d", index, self._branch_labels[index], len(self._branch_labels))
+        return True
+
+    def _branch_step(self, name: str | None, action: torch.Tensor | None) -> SessionBlock:
+        self._branch_action = action
+        t0 = time.perf_counter()
+        outs, frames = self._branch.step()
+        seconds = time.perf_counter() - t0
+        self._branch_actions.append(action)
+        self._last_action = name if name is not None else self._last_action
+        self.action_log.append(name)
+        side = None if frames is None else np.concatenate(frames, axis=2)  # futures left to right
+        if side is not None:
+            for sink in self.sinks:
+                if getattr(sink, "shows_branches", False):
+                    sink.write(side, outs[0].index)
+        latents = torch.cat([o.latents for o in outs])  # (N, n, C, h, w): one row per future
+        return SessionBlock(outs[0].index, outs[0].start_frame, latents, side, name, self.prompt, False,
+                            seconds, 0.0, 0.0)  # fmt: skip
 
     def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:
         """Keep the clean latents of blocks with resident frames (sink blocks included); drop the rest."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import comfy_runtime, live_controls
 from .block_denoise import InferixBlockDenoise
+from .branch_world import InferixBranchWorld
 from .compat import HAVE_COMFY_API
 from .core_model import InferixWorldModelFromCoreModel
 from .kv_cache_config import InferixKVCacheConfig
@@ -36,6 +37,7 @@ NODES = [
     InferixActionSchedule,
     InferixStreamSettings,
     InferixBlockDenoise,
+    InferixBranchWorld,
     InferixVAEDecode,
     InferixStreamOut,
     InferixProfileReport,

@@ -36,7 +36,8 @@ DEFAULT_KEY_ACTIONS: dict[str, str] = {
     "w": "forward", "arrowup": "forward", "s": "backward", "arrowdown": "backward",
     "a": "left", "arrowleft": "left", "d": "right", "arrowright": "right",
 }  # fmt: skip
-EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop")
+EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop", "branch", "pick")
+MAX_BRANCH_FUTURES = 4  # futures of one "branch here" (the session's limit too)
 MAX_PROMPT_CHARS = 4000
 MAX_BODY_BYTES = 64 * 1024
 MAX_QUEUED_EVENTS = 256  # inputs waiting for the next block boundary; beyond this the oldest go (never a stop)
@@ -88,6 +89,20 @@ class InputQueue:
             event["name"] = raw["name"]
         elif event["type"] == "control":  # {"keys": [...], "mouse": [p, y], "look": [dx, dy]}
             event.update(validate_control_event(raw, self.controls))
+        elif event["type"] == "branch":  # {"futures": ["a prompt", null (= the current prompt), ...]}
+            futures = raw.get("futures")
+            ok = isinstance(futures, list) and 1 <= len(futures) <= MAX_BRANCH_FUTURES
+            if not ok or not all(f is None or (isinstance(f, str) and len(f) <= MAX_PROMPT_CHARS) for f in futures):
+                raise ConfigError(
+                    f"a branch event needs 'futures', a list of 1..{MAX_BRANCH_FUTURES} prompts (strings of at "
+                    f"most {MAX_PROMPT_CHARS} chars; null or empty keeps the current prompt)."
+                )
+            event["futures"] = [f if isinstance(f, str) and f.strip() else None for f in futures]
+        elif event["type"] == "pick":  # {"index": i} keeps future i; -1 keeps none
+            index = raw.get("index")
+            if isinstance(index, bool) or not isinstance(index, int) or not -1 <= index < MAX_BRANCH_FUTURES:
+                raise ConfigError(f"a pick event needs 'index', an integer from -1 (none) to {MAX_BRANCH_FUTURES - 1}.")
+            event["index"] = index
         return event
 
     def put(self, raw: Any) -> dict[str, Any]:
@@ -344,7 +359,12 @@ class LiveView(FrameSink):
         buffer_frames: frames kept for viewers that fall behind.
         controls: keyboard/mouse models (Matrix-Game 2.0): the page sends held keys and pointer-lock
             mouse movement as ``control`` events instead of named actions.
+
+    While a session is branched it writes the futures side by side here (``shows_branches``); other sinks
+    get only the future that is kept.
     """
+
+    shows_branches = True
 
     def __init__(
         self,

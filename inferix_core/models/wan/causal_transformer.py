@@ -305,8 +305,10 @@ class CausalWanTransformer(nn.Module):
             action: (B, F, action_dim) for the bundled model's action embedding; for Matrix-Game models a
                 MatrixGameBlockInput (cond_concat slice + action rows) whose cond_concat is concatenated to x;
                 for Wan 2.1 I2V models a StartImageBlockInput (the chunk's cond_concat), concatenated the same way.
-            frame_positions: (F,) explicit temporal positions (teacher forcing); default start_frame + arange(F).
-            attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None.
+            frame_positions: (F,) explicit temporal positions (teacher forcing); default start_frame + arange(F);
+                or (B, F), one row per batch item (batched streams at different positions, cache/shared.py).
+            attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None; with a cache, an optional
+                (B, 1, 1, L_span) key mask over the attended span (batched streams whose spans were padded).
         Returns:
             (B, C_out, F, H, W) flow (noise − x0).
         """
@@ -350,8 +352,13 @@ class CausalWanTransformer(nn.Module):
         # 3. RoPE rotations for this chunk's absolute positions
         if frame_positions is None:
             frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
-        freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
+        if frame_positions.dim() == 2:  # batched streams at different positions: one table per row
+            freqs = torch.stack([self.rope.freqs(row, grid[1], grid[2], x.device) for row in frame_positions])
+        else:
+            freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
         sp = self.sequence_parallel
+        if sp is not None and freqs.dim() == 5:
+            raise BackendUnavailableError("sequence parallelism does not run batched streams at different positions")
         if sp is not None:  # keep this rank's tokens of every frame; the cache then stores H/N heads
             if game is not None:
                 raise BackendUnavailableError("sequence parallelism does not split Matrix-Game's action modules yet")

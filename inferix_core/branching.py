@@ -1,0 +1,445 @@
+"""Branch a world: N futures from one stream state, sharing the common past's KV pages copy-on-write.
+
+A fork maps the parent's pages (each page's reference count + 1, nothing copied); it gets its own
+prompt, actions and seed; the forks then run together as one batch per block step
+(`pipeline.batched.denoise_streams`), and memory grows only by their new blocks (a page a fork writes
+into while another stream still maps it is copied first). Keep one, several or none: `keep()` releases
+the others, whose pages go back to the arena's pool.
+
+    state = start_stream(pipe, prompt, h, w, seed=0)        # a stream whose pages live in a PageArena
+    for _ in range(4):
+        pipe.denoise_block(state)                           # the common past, as any stream
+    branches = Branches(pipe, state, [Future(seed=1), Future(context=other_prompt, seed=2)])
+    for _ in range(3):
+        outs = branches.step()                              # one BlockOutput per fork, batched
+    (chosen,) = branches.keep(1)                            # a StreamState that goes on as any stream
+
+Each fork equals the same run done alone (a stream continued from the parent with the fork's prompt,
+actions and seed) to within the batch's matmul rounding (tests/test_branching.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .cache import create_kv_cache
+from .cache.paged import planned_pages
+from .cache.shared import PageArena, StreamKVCache
+from .cache.spec import KVCacheConfig, KVCacheSpec
+from .conditioning import encode_prompt, latent_size
+from .errors import ConfigError, ShapeMismatchError
+from .image_world import takes_start_image
+from .models.registry import WorldModel
+from .parallel import head_shards
+from .pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
+from .pipeline.batched import denoise_streams
+from .pipeline.block_diffusion import StreamState
+from .tensors import to_device_async
+
+log = logging.getLogger(__name__)
+
+Actions = torch.Tensor | Callable[[int, int], torch.Tensor] | None
+
+
+def stream_spec(pipe: BlockDiffusionPipeline, latent_height: int, latent_width: int) -> KVCacheSpec:
+    """The KV spec of one batch-1 stream of `pipe` at this latent size (what a PageArena is built for)."""
+    cfg = pipe.model.config
+    return KVCacheSpec(
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads // head_shards(pipe.model),
+        head_dim=cfg.head_dim,
+        frame_tokens=cfg.frame_tokens(latent_height, latent_width),
+        block_frames=pipe.sampling.block_frames,
+        batch_size=1,
+        dtype=pipe.dtype,
+        device=pipe.device,
+    )
+
+
+def new_arena(
+    pipe: BlockDiffusionPipeline,
+    latent_height: int,
+    latent_width: int,
+    num_pages: int | None = None,
+    *,
+    streams: int = 1,
+    max_frames: int | None = None,
+) -> PageArena:
+    """An empty PageArena for `pipe`'s cache settings at this latent size; it grows (logged) as streams need.
+
+    Sized `num_pages`, or else for `streams` streams of `max_frames` latent frames each (a global cache's
+    run length; a window needs none), so a known workload never grows the buffers mid-run.
+    """
+    spec = stream_spec(pipe, latent_height, latent_width)
+    if num_pages is None:
+        num_pages = streams * planned_pages(pipe.cache_config, dataclasses.replace(spec, max_frames=max_frames))
+    return PageArena(pipe.cache_config, spec, num_pages)
+
+
+def start_stream(
+    pipe: BlockDiffusionPipeline,
+    context: torch.Tensor,
+    latent_height: int,
+    latent_width: int,
+    *,
+    seed: int = 0,
+    arena: PageArena | None = None,
+    noise=None,
+) -> StreamState:
+    """A fresh batch-1 stream whose pages live in `arena` (a new one when None): forkable and batchable.
+
+    It runs through `pipe.denoise_block` like any stream, continuing exactly as a paged-cache stream
+    of the same settings would.
+    """
+    if context.shape[0] != 1:
+        raise ShapeMismatchError(f"a stream takes one prompt (1, L, D); got {tuple(context.shape)}")
+    if arena is None:
+        arena = new_arena(pipe, latent_height, latent_width)
+    elif arena.spec != stream_spec(pipe, latent_height, latent_width):
+        raise ConfigError(
+            "this page arena was built for another model or latent size; a stream at "
+            f"{latent_height}×{latent_width} latents needs its own arena"
+        )
+    text = pipe.model.prepare_context(to_device_async(context, pipe.device))
+    noise = noise if noise is not None else SeededNoise(seed)
+    return StreamState(arena.new_stream(), text, noise, latent_height, latent_width, 1)
+
+
+def adopt_stream(pipe: BlockDiffusionPipeline, state: StreamState, arena: PageArena | None = None) -> StreamState:
+    """The same stream with its KV cache moved into a page arena (copied once), so it can branch or batch.
+
+    For a stream from `pipe.start_stream` or `load_world_state` (a ring or paged cache); the state's
+    prompt K/V, noise and position are kept. A stream already in an arena is returned as is.
+    """
+    if isinstance(state.cache, StreamKVCache):
+        return state
+    if state.batch_size != 1:
+        raise ConfigError(f"only a batch-1 stream can be branched; this one has batch {state.batch_size}")
+    if state.first_latent is not None or state.clean_prefix is not None:
+        raise ConfigError("a stream with KV recompute or clean first latents cannot be moved into a page arena yet")
+    arena = arena or new_arena(pipe, state.latent_height, state.latent_width)
+    cache = arena.adopt(state.cache)
+    return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
+                       state.next_frame, state.next_block)  # fmt: skip
+
+
+def to_plain_stream(pipe: BlockDiffusionPipeline, state: StreamState) -> StreamState:
+    """The same stream with its live frames copied out of the arena into the cache `pipe` builds by itself
+    (ring or paged): the inverse of `adopt_stream`, e.g. to save a kept fork with `save_world_state`.
+
+    The frames are written back through the cache's own begin()/update() in their contiguous runs (sink
+    frames, then the window), so the copy attends to the same frames; a ring cache may order its slots
+    differently from the arena, which changes sums in the last bits only.
+    """
+    if not isinstance(state.cache, StreamKVCache):
+        return state
+    src = state.cache
+    src._check_live()
+    spec = dataclasses.replace(src.spec, max_frames=src.end_frame if pipe.cache_config.is_global else None)
+    cache = create_kv_cache(pipe.cache_config, spec)
+    frames = src.resident_frames()
+    runs: list[list[int]] = []
+    for f in frames:
+        if runs and runs[-1][-1] + 1 == f:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    for run in runs:
+        if run[0] > cache.end_frame:
+            cache.restart(run[0])
+        cache.begin(run[0], len(run))
+        slots = src.frame_slots(run)
+        for layer in range(spec.num_layers):
+            cache.layer(layer).update(*src.store.read_frames(layer, run, slots))
+    if cache.resident_frames() != frames or cache.end_frame != src.end_frame:
+        raise ConfigError(  # an invariant of the copy, not a user mistake
+            f"copying the stream out of its arena left frames {cache.resident_frames()} (end {cache.end_frame}); "
+            f"expected {frames} (end {src.end_frame})"
+        )
+    return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
+                       state.next_frame, state.next_block)  # fmt: skip
+
+
+def clone_noise(noise) -> SeededNoise:
+    """A copy of a SeededNoise that draws what the original would draw next (a fork that keeps the seed)."""
+    if not isinstance(noise, SeededNoise):
+        raise ConfigError(f"a fork without its own seed copies the parent's SeededNoise, not {type(noise).__name__}")
+    out = SeededNoise(0, device=noise.device)
+    out.generator.set_state(noise.generator.get_state())
+    out._upfront = noise._upfront
+    return out
+
+
+@dataclass(eq=False)
+class Future:
+    """What one fork does differently from its parent, from the fork point on.
+
+    context: a prompt embedding (1, L, text_dim); None keeps the parent's prompt.
+    actions: rows (1, F, A) counted from the fork's first frame, or fn(start_frame, num_frames) → (1, n, A)
+        with absolute frames; None for models without actions.
+    seed: the fork's own noise seed; None continues the parent's noise stream (a copy of its generator).
+    name: a label for logs and the live view.
+    """
+
+    context: torch.Tensor | None = None
+    actions: Actions = None
+    seed: int | None = None
+    name: str = ""
+
+
+@dataclass(eq=False)
+class Fork:
+    future: Future
+    state: StreamState
+    origin_frame: int  # the fork point (absolute latent frame)
+    blocks: list[torch.Tensor] = field(default_factory=list)  # the fork's clean latents (1, n, C, H, W) per block
+
+    def actions(self, block_frames: int) -> torch.Tensor | None:
+        a, start = self.future.actions, self.state.next_frame
+        if a is None:
+            return None
+        if callable(a):
+            return a(start, block_frames)
+        rel = start - self.origin_frame
+        rows = a[:, rel : rel + block_frames]
+        if rows.shape[1] != block_frames:
+            raise ShapeMismatchError(
+                f"fork '{self.future.name}' has actions for {a.shape[1]} frames from the fork point; "
+                f"block at frame {start} needs rows {rel}..{rel + block_frames - 1}"
+            )
+        return rows
+
+    def latents(self) -> torch.Tensor:
+        """This fork's generated latents (1, F, C, H, W) since the fork point."""
+        return torch.cat(self.blocks, dim=1)
+
+
+class Branches:
+    """N forks of one stream state, stepped as one batch; see the module docstring."""
+
+    def __init__(self, pipe: BlockDiffusionPipeline, parent: StreamState, futures: list[Future]):
+        if not isinstance(parent.cache, StreamKVCache):
+            raise ConfigError(
+                f"branching needs a stream whose pages live in a page arena, not a {type(parent.cache).__name__}; "
+                "start it with inferix_core.branching.start_stream"
+            )
+        if not futures:
+            raise ConfigError("branching needs at least one Future")
+        self.pipe, self.parent = pipe, parent
+        self.forks: list[Fork] = []
+        for i, fut in enumerate(futures):
+            text = parent.text
+            if fut.context is not None:
+                text = pipe.model.prepare_context(to_device_async(fut.context, pipe.device))
+            noise = clone_noise(parent.noise) if fut.seed is None else SeededNoise(fut.seed)
+            state = StreamState(
+                parent.cache.fork(), text, noise, parent.latent_height, parent.latent_width, 1,
+                parent.next_frame, parent.next_block,
+            )  # fmt: skip
+            fut.name = fut.name or f"future {i}"
+            self.forks.append(Fork(fut, state, parent.next_frame))
+        log.info(
+            "branched %d futures at frame %d: %d pages shared", len(futures), parent.next_frame, len(parent.cache.table)
+        )
+
+    @property
+    def arena(self) -> PageArena:
+        return self.parent.cache.arena
+
+    @property
+    def states(self) -> list[StreamState]:
+        return [f.state for f in self.forks]
+
+    def step(self) -> list[BlockOutput]:
+        """The next block of every live fork, as one batch per transformer call."""
+        if not self.forks:
+            raise ConfigError("no forks left to step (all were dropped)")
+        n = self.pipe.sampling.block_frames
+        outs = denoise_streams(self.pipe, self.states, [f.actions(n) for f in self.forks])
+        for fork, out in zip(self.forks, outs, strict=True):
+            fork.blocks.append(out.latents)
+        return outs
+
+    def run(self, num_blocks: int) -> list[torch.Tensor]:
+        """Step `num_blocks` blocks; each fork's latents since the fork point (1, F, C, H, W)."""
+        for _ in range(num_blocks):
+            self.step()
+        return [f.latents() for f in self.forks]
+
+    def keep(self, *indices: int) -> list[StreamState]:
+        """Keep the forks at `indices` (none: drop all); the others' pages are released. Returns the kept states."""
+        bad = [i for i in indices if not 0 <= i < len(self.forks)]
+        if bad:
+            raise ConfigError(f"fork index {bad[0]} does not exist; there are {len(self.forks)} forks")
+        kept = [self.forks[i] for i in sorted(set(indices))]
+        for fork in self.forks:
+            if fork not in kept:
+                fork.state.cache.release()
+        self.forks = kept
+        return [f.state for f in kept]
+
+    def drop(self, index: int) -> None:
+        """Release one fork's pages; the others go on."""
+        self.keep(*[i for i in range(len(self.forks)) if i != index])
+
+    def stats(self) -> dict:
+        arena = self.arena.stats()
+        return {
+            "forks": len(self.forks),
+            "fork_frame": self.forks[0].origin_frame if self.forks else None,
+            "own_pages": [len(f.state.cache.own_pages()) for f in self.forks],
+            **arena,
+        }
+
+
+def release_stream(state: StreamState) -> None:
+    """Drop a stream's page references (e.g. the parent once its forks are what goes on)."""
+    if isinstance(state.cache, StreamKVCache):
+        state.cache.release()
+
+
+def pixels_to_frames(pixels: torch.Tensor) -> np.ndarray:
+    """(1, 3, T, H, W) in [-1, 1] → (T, H, W, 3) uint8, the sinks' layout."""
+    x = ((pixels[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return x.permute(1, 2, 3, 0).contiguous().cpu().numpy()
+
+
+@dataclass
+class BranchedVideo:
+    """A common past and N futures: latents (1, F, C, h, w) and, when decoded, uint8 frames [T, H, W, 3]."""
+
+    past_latents: torch.Tensor
+    future_latents: list[torch.Tensor]
+    past_frames: np.ndarray | None
+    future_frames: list[np.ndarray] | None
+    fps: float
+    stats: dict
+
+    def side_by_side(self) -> np.ndarray:
+        """The futures' frames next to each other, left to right: [T, H, N·W, 3]."""
+        if self.future_frames is None:
+            raise ConfigError("this branched video was not decoded (decode=False)")
+        return np.concatenate(self.future_frames, axis=2)
+
+    def chosen(self, index: int) -> np.ndarray:
+        """Past + future `index` as one video [T, H, W, 3] (the future that was kept)."""
+        if self.future_frames is None:
+            raise ConfigError("this branched video was not decoded (decode=False)")
+        if not 0 <= index < len(self.future_frames):
+            raise ConfigError(f"future {index} does not exist; there are {len(self.future_frames)} (0-based)")
+        return np.concatenate([self.past_frames, self.future_frames[index]])
+
+
+def branch_video(
+    world_model: WorldModel,
+    prompt: str | torch.Tensor,
+    futures: Sequence[str | torch.Tensor | None],
+    *,
+    past_blocks: int,
+    future_blocks: int,
+    width: int,
+    height: int,
+    seed: int = 0,
+    future_seeds: Sequence[int | None] | None = None,
+    cache: KVCacheConfig | None = None,
+    sampling: SamplingConfig | None = None,
+    decode: bool = True,
+) -> BranchedVideo:
+    """Generate `past_blocks` under `prompt`, fork one future per entry of `futures` (a prompt, or None to
+    keep `prompt`) and run them batched for `future_blocks` blocks; decode the past once and each future
+    from the past's decoder state. `future_seeds[i]` None continues the past's noise; default seed + 1 + i.
+    """
+    if takes_start_image(world_model):
+        raise ConfigError("branching an image-started world (Matrix-Game) is not supported yet")
+    if not futures:
+        raise ConfigError("give at least one future (a prompt, or None to keep the past's)")
+    if past_blocks < 1 or future_blocks < 1:
+        raise ConfigError(f"past_blocks and future_blocks must be >= 1, got {past_blocks} and {future_blocks}")
+    seeds = list(future_seeds) if future_seeds is not None else [seed + 1 + i for i in range(len(futures))]
+    if len(seeds) != len(futures):
+        raise ConfigError(f"{len(seeds)} future seeds for {len(futures)} futures")
+    sampling = sampling or world_model.sampling
+    cache = cache or world_model.default_cache
+    lat_h, lat_w = latent_size(world_model, width, height)
+    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
+    n = sampling.block_frames
+    arena = new_arena(pipe, lat_h, lat_w, streams=len(futures) + 1, max_frames=(past_blocks + future_blocks) * n)
+    parent = start_stream(pipe, encode_prompt(world_model, prompt), lat_h, lat_w, seed=seed, arena=arena)
+    past = torch.cat([pipe.denoise_block(parent).latents for _ in range(past_blocks)], dim=1)
+    contexts = [None if f is None else encode_prompt(world_model, f) for f in futures]
+    branches = Branches(pipe, parent, [Future(context=c, seed=s) for c, s in zip(contexts, seeds, strict=True)])
+    latents = branches.run(future_blocks)
+    stats = branches.stats()
+    branches.keep()
+    release_stream(parent)
+    past_frames = future_frames = None
+    if decode:
+        if world_model.vae is None:
+            raise ConfigError("decode=True needs a VAE: pick a VAE file in Load World Model, or set decode=False")
+        decoder = world_model.vae.stream_decoder()
+        past_frames = pixels_to_frames(decoder.decode(past.permute(0, 2, 1, 3, 4)))
+        future_frames = []
+        for lat in latents:
+            d = fork_decoder(decoder)  # the same VAE, the past's causal caches forked
+            future_frames.append(pixels_to_frames(d.decode(lat.permute(0, 2, 1, 3, 4))))
+    return BranchedVideo(past, latents, past_frames, future_frames, world_model.fps, stats)
+
+
+def fork_decoder(decoder):
+    """A streaming decoder that continues from `decoder`'s causal caches without touching them."""
+    other = copy.copy(decoder)  # the same VAE and options
+    other.state = decoder.state.fork()
+    return other
+
+
+class LiveBranch:
+    """Futures of a running stream for an interactive session: stepped batched, each decoded with a fork of
+    the stream's decoder, their frames kept until one is picked (`InteractiveSession`'s "branch here")."""
+
+    def __init__(self, pipe: BlockDiffusionPipeline, state: StreamState, futures: list[Future], decoder=None):
+        self.pipe = pipe
+        self.parent = adopt_stream(pipe, state)  # a plain cache is copied into an arena once
+        self._adopted = self.parent is not state  # then the caller's state still holds its own cache
+        self.branches = Branches(pipe, self.parent, futures)
+        self.decoders = None if decoder is None else [fork_decoder(decoder) for _ in futures]
+        self.frames: list[list[tuple[int, np.ndarray]]] = [[] for _ in futures]  # (block index, frames) per fork
+
+    @property
+    def num_futures(self) -> int:
+        return len(self.branches.forks)
+
+    def step(self) -> tuple[list[BlockOutput], list[np.ndarray] | None]:
+        """One block of every future; their decoded frames (None without a decoder)."""
+        outs = self.branches.step()
+        if self.decoders is None:
+            return outs, None
+        frames = []
+        for i, (out, dec) in enumerate(zip(outs, self.decoders, strict=True)):
+            f = pixels_to_frames(dec.decode(out.latents.permute(0, 2, 1, 3, 4)))
+            self.frames[i].append((out.index, f))
+            frames.append(f)
+        return outs, frames
+
+    def pick(self, index: int):
+        """Keep future `index`: (its StreamState, its decoder or None, its Fork with the blocks it generated,
+        its decoded (block index, frames) so far); every other page is released."""
+        if not 0 <= index < self.num_futures:
+            raise ConfigError(f"future {index} does not exist; there are {self.num_futures} (0-based)")
+        fork = self.branches.forks[index]
+        (state,) = self.branches.keep(index)
+        release_stream(self.parent)
+        decoder = None if self.decoders is None else self.decoders[index]
+        return state, decoder, fork, self.frames[index]
+
+    def drop(self) -> None:
+        """Keep none of the futures (the parent stream goes on with the state it had)."""
+        self.branches.keep()
+        if self._adopted:
+            release_stream(self.parent)
