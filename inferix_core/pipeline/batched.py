@@ -35,6 +35,12 @@ class _StackedText:
             raise ShapeMismatchError(f"streams batched together need prompt K/V of one shape; got {sorted(lengths)}")
         self.keys = [torch.cat([t.keys[i] for t in texts]) for i in range(n)]
         self.values = [torch.cat([t.values[i] for t in texts]) for i in range(n)]
+        # Wan 2.1 I2V: the start image's own K/V beside the prompt's (all streams have them, or none)
+        images = [getattr(t, "image_keys", None) is not None for t in texts]
+        if any(images) and not all(images):
+            raise ShapeMismatchError("streams batched together need a start image each, or none")
+        self.image_keys = [torch.cat([t.image_keys[i] for t in texts]) for i in range(n)] if all(images) else None
+        self.image_values = [torch.cat([t.image_values[i] for t in texts]) for i in range(n)] if all(images) else None
 
 
 def check_batchable(pipe: BlockDiffusionPipeline, states: list[StreamState]) -> None:
