@@ -367,8 +367,9 @@ def load_world_model(
     )
     log.info("%s: family %s (%s)", Path(path).name, choice.family, choice.reason)
     state = merge_lora_files(state, lora, device=dev)  # before fp8 and compile; no LoRA: the same tensors
+    decode_slicing = None
     if gpu_memory is not None and resident_blocks is None:
-        resident_blocks = _planned_resident_blocks(
+        resident_blocks, decode_slicing = _planned_resident_blocks(
             config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement
         )
     variant = None
@@ -383,6 +384,12 @@ def load_world_model(
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
+    if decode_slicing is not None and vae is not None and decode_slicing != vae.stream_slicing:
+        log.info(
+            "the VAE decodes %s, as planned for the budget (the same frames)",
+            decode_slicing.describe(spec.sampling.block_frames),
+        )
+        vae.stream_slicing = decode_slicing  # less memory per block
     _check_latent_channels(config, vae, vae_path)
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     if text_encoder_placement not in ("device", "cpu", "offload"):
@@ -483,8 +490,9 @@ def _build_transformer(
     return model
 
 
-def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement) -> int | None:
-    """Block swap for a `budget`-byte card (see load_world_model's gpu_memory); None when all blocks fit."""
+def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement):
+    """Block swap and the VAE decode slicing for a `budget`-byte card (see load_world_model's gpu_memory):
+    (resident blocks or None when all fit, the `DecodeSlicing` planned)."""
     from ..cache.planner import plan_resident_blocks
 
     text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
@@ -495,7 +503,8 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
         max_frames=21 if window == -1 else None, other_bytes=text_bytes, fp8_block_weights=fp8_blocks,
     )  # fmt: skip
     log.info("memory plan for a %.1f GiB budget:\n%s", budget / 2**30, plan.describe())
-    return None if resident >= config.num_layers else resident
+    slicing = plan.decode.slicing if plan.decode is not None else None
+    return (None if resident >= config.num_layers else resident), slicing
 
 
 def _use_stored_fp8(model: torch.nn.Module, state: dict, dtype: torch.dtype) -> None:

@@ -8,6 +8,7 @@ peaks; the H200's measured peaks agree with the count to 1 % (docs/memory.md, "T
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -186,11 +187,18 @@ class VAEMemory:
 
         Default options: `VAEDecodeOptions.fast()` on CUDA (what the loader sets there), else the reference.
         """
-        from .config import WanVAEConfig
-        from .wan_vae import WanVAE
+        opts = options if options is not None else (VAEDecodeOptions.fast() if cuda else None)
+        return _estimated(latent_h, latent_w, batch, elem_bytes, dim, opts, cuda)
 
-        dtype = {1: torch.float8_e4m3fn, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[elem_bytes]
-        with torch.device("meta"):
-            vae = WanVAE(WanVAEConfig(dim=dim)).to(dtype)
-        vae.decode_options = options if options is not None else (VAEDecodeOptions.fast() if cuda else None)
-        return cls.for_vae(vae, latent_h, latent_w, batch, cuda=cuda)
+
+@functools.lru_cache(maxsize=64)
+def _estimated(latent_h, latent_w, batch, elem_bytes, dim, options, cuda) -> VAEMemory:
+    """One meta-device build per setting (planners ask many times in a loop); VAEMemory is frozen."""
+    from .config import WanVAEConfig
+    from .wan_vae import WanVAE
+
+    dtype = {1: torch.float8_e4m3fn, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[elem_bytes]
+    with torch.device("meta"):
+        vae = WanVAE(WanVAEConfig(dim=dim)).to(dtype)
+    vae.decode_options = options
+    return VAEMemory.for_vae(vae, latent_h, latent_w, batch, cuda=cuda)

@@ -12,6 +12,7 @@ from inferix_core.cache.planner import cache_cost
 from inferix_core.cache.spec import KVCacheSpec
 from inferix_core.errors import CacheBudgetError, ConfigError
 from inferix_core.models.wan.config import WanConfig
+from inferix_core.vae.memory import DecodeSlicing
 
 GiB = 1024**3
 WAN13 = WanConfig()  # 1.3B: 30 layers, 12 heads × 128
@@ -57,7 +58,8 @@ def test_budget_error_names_the_numbers_and_the_fixes():
 
 def test_fallback_prefers_offload_then_quantization_then_window():
     cfg = KVCacheConfig(window_frames=21, sink_frames=3)
-    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=13 * GiB)
+    whole = DecodeSlicing()  # the decode held at whole blocks, so the cache has to give
+    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=13 * GiB, decode_slicing=whole)
     assert plan.feasible and plan.chosen.offload == "auto" and plan.chosen.quantization == "none"
     assert plan.total_bytes <= 13 * GiB
     assert "Lower window_frames to" in plan.message
@@ -67,10 +69,10 @@ def test_fallback_prefers_offload_then_quantization_then_window():
 
 def test_window_suggestion_is_the_largest_that_fits():
     cfg = KVCacheConfig(window_frames=21, sink_frames=3)
-    fixed = plan_memory(WAN13, H, W, cfg)
-    other = fixed.weights_bytes + fixed.activation_bytes + fixed.vae_bytes
+    whole = DecodeSlicing()
+    other = plan_memory(WAN13, H, W, cfg, decode_slicing=whole).fixed_bytes
     per_frame = 30 * 1560 * 12 * 128 * 2 * 2
-    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=other + 14 * per_frame + per_frame // 2)
+    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=other + 14 * per_frame + per_frame // 2, decode_slicing=whole)
     assert "Lower window_frames to 14" in plan.message
 
 
@@ -89,9 +91,11 @@ def test_vae_estimates_follow_the_decoder_the_model_has():
     from inferix_core.api import plan_run
     from inferix_core.models.registry import load_world_model
     from inferix_core.vae import WanVAE, WanVAEConfig
+    from inferix_core.vae.config import VAEDecodeOptions
 
     with torch.device("meta"):
         wan = WanVAE(WanVAEConfig(dim=96)).to(torch.bfloat16)
+    wan.decode_options = VAEDecodeOptions.fast()
     measured = 6.99 * GiB  # H200, VAEDecodeOptions.fast(), one 3-latent block at 480×832 (docs/performance.md)
     assert abs(wan.decode_working_set_bytes(60, 104, 3) - measured) < 0.05 * measured
     bundled = load_world_model("bundled", device="cpu")

@@ -189,8 +189,12 @@ def test_load_world_model_plans_block_swap_from_gpu_memory(tmp_path):
     full, _ = plan_resident_blocks(cfg, 2**40, 60, 104, fam.cache, dtype=torch.float32, max_frames=21)
     assert full == 6
     from inferix_core.cache.planner import plan_memory
+    from inferix_core.vae.memory import DECODE_SLICINGS
 
-    budget = plan_memory(cfg, 60, 104, fam.cache, dtype=torch.float32, max_frames=21, resident_blocks=3).total_bytes
+    smallest = DECODE_SLICINGS[-1]  # the planner makes the decode smaller before it streams blocks
+    budget = plan_memory(
+        cfg, 60, 104, fam.cache, dtype=torch.float32, max_frames=21, resident_blocks=3, decode_slicing=smallest
+    ).total_bytes
     wm = load_world_model(str(path), device="cpu", gpu_memory=budget)
     assert wm.transformer.block_swap.resident == 3
     from inferix_core.errors import CacheBudgetError
