@@ -14,7 +14,7 @@ ops, `out=`) are not new allocations and are not counted again.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -28,6 +28,7 @@ class LivePeak:
     bytes: int = 0
     op: str = ""
     marks: tuple[str, ...] = ()  # the `mark()` labels active at the peak
+    live: tuple[tuple[str, tuple[int, ...], int], ...] = ()  # with `detail`: (op, shape, bytes) of each live storage
 
 
 class LiveBytes(TorchDispatchMode):
@@ -37,8 +38,10 @@ class LiveBytes(TorchDispatchMode):
     (e.g. a cache the code kept). `mark(label)` tags the phase in progress, reported with the peak.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, detail: bool = False) -> None:
         super().__init__()
+        self.detail = detail  # keep what was alive at the peak (slower: a copy per new peak)
+        self._what: dict[int, tuple[str, tuple[int, ...]]] = {}
         self.current = 0
         self.peak = LivePeak()
         self._live: dict[int, int] = {}
@@ -54,6 +57,7 @@ class LiveBytes(TorchDispatchMode):
 
     def _free(self, key: int) -> None:
         self.current -= self._live.pop(key, 0)
+        self._what.pop(key, None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -69,17 +73,10 @@ class LiveBytes(TorchDispatchMode):
             self._live[key] = nbytes
             self.current += nbytes
             self.allocations += 1
+            if self.detail:
+                self._what[key] = (str(func), tuple(t.shape))
             weakref.finalize(storage, self._free, key)
         if self.current > self.peak.bytes:
-            self.peak = LivePeak(self.current, str(func), tuple(self._marks[-1:]))
+            live = tuple((*self._what[k], n) for k, n in self._live.items() if k in self._what) if self.detail else ()
+            self.peak = LivePeak(self.current, str(func), tuple(self._marks[-1:]), live)
         return out
-
-
-@dataclass
-class Counted:
-    """Peak bytes above what was alive at the start, and what stayed alive, of one counted call."""
-
-    peak_bytes: int
-    retained_bytes: int
-    peak_op: str
-    details: dict = field(default_factory=dict)

@@ -71,6 +71,7 @@ def wan_decode_memory(
     slicing: DecodeSlicing,
     options: VAEDecodeOptions | None,
     cuda: bool,
+    pixel_bytes: int = 0,
 ) -> DecodeMemory:
     """The Wan 2.1 VAE's streamed decode memory for a (later) block of `block_frames` latent frames.
 
@@ -80,7 +81,8 @@ def wan_decode_memory(
     call, 5 U of activations on the reference path (input, normalised, SiLU, padded conv input, conv
     output) or 4 U with the fused norm/SiLU buffer (`VAEDecodeOptions.fused`). Replacing cache entries
     one at a time (sliced or released) holds an old entry (U/2: 2 frames) beside its replacement, two on
-    the reference path. On CUDA, convs on NCDHW activations (no `channels_last`) also make cuDNN's NDHWC
+    the reference path. A sliced call also holds the pixels of the block's earlier slices (`pixel_bytes`
+    per latent frame: 3 channels × 4 frames × 8h × 8w). On CUDA, convs on NCDHW activations (no `channels_last`) also make cuDNN's NDHWC
     copies of the padded input and the output, (2f + 1/2) U: inferred from the H200's peaks (9.70 GiB
     measured vs 7.82 counted at 3 frames), invisible to a count.
     """
@@ -91,11 +93,13 @@ def wan_decode_memory(
     replaced = (1 if fused else 2) * unit_bytes // 2 if (f < block_frames or slicing.release_previous_state) else 0
     nchw = cuda and not (options is not None and options.channels_last)
     layout = (4 * f + 1) * unit_bytes // 2 if nchw else 0
-    transient = previous + per_frame * f * unit_bytes + replaced + layout
+    earlier = (block_frames - f) * pixel_bytes
+    transient = previous + per_frame * f * unit_bytes + replaced + layout + earlier
     terms = [
         "previous state S" if previous else "",
         f"{per_frame}·{f}·U activations",
         f"{1 if fused else 2}·U/2 replaced entries" if replaced else "",
+        f"{block_frames - f} earlier slices' pixels" if earlier else "",
         f"(2·{f} + 1/2)·U cuDNN NDHWC copies" if layout else "",
     ]
     formula = (
@@ -134,6 +138,7 @@ class VAEMemory:
     weights_bytes: int
     state_bytes: int = 0
     unit_bytes: int = 0
+    pixel_bytes: int = 0  # one latent frame's decoded pixels (3 × 4 frames × 8h × 8w × e)
     options: VAEDecodeOptions | None = None
     cuda: bool = False
     fixed_bytes: int | None = None  # a decoder the formula does not describe: this much, all the time
@@ -147,7 +152,9 @@ class VAEMemory:
         slicing = self.default if slicing is None else slicing
         if self.fixed_bytes is not None:
             return DecodeMemory(self.fixed_bytes, 0, slicing, "the decoder's own estimate")
-        return wan_decode_memory(self.state_bytes, self.unit_bytes, block_frames, slicing, self.options, self.cuda)
+        return wan_decode_memory(
+            self.state_bytes, self.unit_bytes, block_frames, slicing, self.options, self.cuda, self.pixel_bytes
+        )
 
     @classmethod
     def fixed(cls, total_bytes: int) -> VAEMemory:
@@ -161,11 +168,12 @@ class VAEMemory:
         elem = p.element_size()
         cfg = vae.config
         last = cfg.dim * cfg.dim_mult[0]
-        unit = batch * last * cfg.temporal_compression * cfg.spatial_compression**2 * latent_h * latent_w * elem
+        per_channel = batch * cfg.temporal_compression * cfg.spatial_compression**2 * latent_h * latent_w * elem
         return cls(
             weights_bytes=sum(q.numel() * q.element_size() for q in vae.parameters()),
             state_bytes=decoder_state_bytes(vae.decoder, latent_h, latent_w, batch, elem),
-            unit_bytes=unit,
+            unit_bytes=last * per_channel,
+            pixel_bytes=3 * per_channel,
             options=None if vae.decode_options is None or vae.decode_options.is_reference else vae.decode_options,
             cuda=p.device.type == "cuda" if cuda is None else cuda,
             default=getattr(vae, "stream_slicing", DecodeSlicing()),
