@@ -1,10 +1,12 @@
 """Memory planner: from model, resolution, window, batch and a GPU budget to a cache configuration.
 
-`plan_memory` estimates the GPU bytes of the transformer weights, the KV cache, one block call's
-activations and the VAE's streaming decode, then keeps the requested cache configuration if it fits or
-picks the first feasible alternative (offload, then int8, then int4 pages, then a shorter window:
-exactness first). It allocates nothing. KV cache bytes are exact (the same formulas the stores
-allocate with); activations and VAE are estimates (see docs/kv_cache.md, "Memory formulas").
+`plan_memory` adds up the GPU bytes of the transformer weights, the KV cache, the VAE's weights and
+decode state (kept for the run) and the larger of one block call's activations and one block decode's
+transient; with a budget it picks the fastest exact VAE decode slicing that fits, then keeps the
+requested cache configuration if it fits or picks the first feasible alternative (offload, then int8,
+then int4 pages, then a shorter window: exactness first). It allocates nothing. KV cache bytes are exact
+(the formulas the stores allocate with), the Wan VAE's are counted (vae/memory.py), activations are an
+estimate that errs high (docs/memory.md, "How the planner adds up").
 """
 
 from __future__ import annotations
