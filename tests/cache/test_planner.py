@@ -103,3 +103,36 @@ def test_vae_estimates_follow_the_decoder_the_model_has():
     plan = plan_run(bundled, None, width, height, num_blocks=4)
     weights = sum(p.numel() * p.element_size() for p in bundled.vae.parameters())
     assert weights < plan.vae_bytes < weights + 64 * 1024**2  # was 0.5 GiB with the Wan formula
+
+
+def test_the_decode_is_sliced_before_blocks_are_streamed():
+    """1.3B end to end with the Wan VAE in 8 GiB: the plan fits by decoding one latent frame per call
+    (the same frames), then keeps as many blocks as fit; it names the slicing."""
+    from inferix_core.cache.planner import plan_resident_blocks
+    from inferix_core.vae.memory import DECODE_SLICINGS
+
+    cache, budget = KVCacheConfig(window_frames=12, sink_frames=3), 8 * GiB
+    resident, plan = plan_resident_blocks(WAN13, budget, H, W, cache, max_frames=9)
+    assert plan.total_bytes <= budget and plan.decode.slicing in DECODE_SLICINGS
+    assert "1 latent frame per call" in plan.describe()
+    # every faster slicing at this block count, and one more block with the smallest, do not fit
+    faster = DECODE_SLICINGS[: DECODE_SLICINGS.index(plan.decode.slicing)]
+    for slicing in faster:
+        p = plan_memory(WAN13, H, W, cache, max_frames=9, resident_blocks=resident, decode_slicing=slicing)
+        assert p.total_bytes > budget
+    more = plan_memory(
+        WAN13, H, W, cache, max_frames=9, resident_blocks=resident + 1, decode_slicing=DECODE_SLICINGS[-1]
+    )
+    assert more.total_bytes > budget
+    unlimited = plan_memory(WAN13, H, W, cache, max_frames=9)
+    assert unlimited.decode.slicing == DecodeSlicing() and unlimited.total_bytes > budget
+
+
+def test_activations_and_decode_count_once_unless_the_decode_overlaps():
+    cache = KVCacheConfig(window_frames=12, sink_frames=3)
+    seq = plan_memory(WAN13, H, W, cache, max_frames=9)
+    both = plan_memory(WAN13, H, W, cache, max_frames=9, decode_overlaps=True)
+    kept = seq.weights_bytes + seq.requested_cache.device_bytes + seq.vae_kept_bytes
+    assert seq.total_bytes == kept + max(seq.activation_bytes, seq.decode.transient_bytes)
+    assert both.total_bytes == kept + seq.activation_bytes + seq.decode.transient_bytes
+    assert seq.vae_bytes == seq.vae_weights_bytes + seq.decode.working_set_bytes
