@@ -146,7 +146,11 @@ class VAEMemory:
 
     @property
     def slicings(self) -> tuple[DecodeSlicing, ...]:
-        return (self.default,) if self.fixed_bytes is not None else DECODE_SLICINGS
+        """What a planner may choose from, fastest first: the VAE's own slicing and the smaller ones after it
+        (never a faster one than the VAE was set to)."""
+        if self.fixed_bytes is not None or self.default not in DECODE_SLICINGS:
+            return (self.default,)
+        return DECODE_SLICINGS[DECODE_SLICINGS.index(self.default) :]
 
     def decode(self, block_frames: int, slicing: DecodeSlicing | None = None) -> DecodeMemory:
         slicing = self.default if slicing is None else slicing
