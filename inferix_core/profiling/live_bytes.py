@@ -27,7 +27,7 @@ class LivePeak:
 
     bytes: int = 0
     op: str = ""
-    marks: tuple[str, ...] = ()  # the `mark()` labels active at the peak
+    marks: tuple[str, ...] = ()  # the last `mark()` label before the peak (the phase it was in)
     live: tuple[tuple[str, tuple[int, ...], int], ...] = ()  # with `detail`: (op, shape, bytes) of each live storage
 
 
@@ -53,7 +53,7 @@ class LiveBytes(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         """Start a new peak from what is alive now (like `torch.cuda.reset_peak_memory_stats`)."""
-        self.peak = LivePeak(self.current, "", tuple(self._marks))
+        self.peak = LivePeak(self.current, "", tuple(self._marks[-1:]))
 
     def _free(self, key: int) -> None:
         self.current -= self._live.pop(key, 0)
