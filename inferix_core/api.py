@@ -153,13 +153,13 @@ def plan_run(
         vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
         block_frames=sampling.block_frames,
         max_frames=num_initial_frames + num_blocks * sampling.block_frames,
-        vae_bytes=_decoder_bytes(world_model.vae, lat_h, lat_w, sampling.block_frames),
+        **_decoder_memory(world_model.vae, lat_h, lat_w, sampling.block_frames),
     )
     plan = plan_memory(**args)
     on_cuda = world_model.device.type == "cuda"
     if cache.gpu_budget_bytes is not None:
-        fixed = plan.weights_bytes + plan.activation_bytes + plan.vae_bytes
-        plan = plan_memory(**args, budget_bytes=fixed + cache.gpu_budget_bytes)
+        own = plan.decode.slicing if plan.decode is not None else None  # the cache's share is what is asked
+        plan = plan_memory(**args, budget_bytes=plan.fixed_bytes + cache.gpu_budget_bytes, decode_slicing=own)
     elif on_cuda:  # no budget given: what the GPU has free, plus the weights already there
         free, source = available_memory_bytes(world_model.device)
         plan = plan_memory(**args, budget_bytes=free + _resident_bytes(world_model))
@@ -191,23 +191,35 @@ def _resident_bytes(world_model: WorldModel) -> int:
     return total
 
 
-def _decoder_bytes(vae, lat_h: int, lat_w: int, block_frames: int) -> int | None:
-    """Weights + streaming working set of the model's own decoder; None (the Wan estimate) without one."""
+def _decoder_memory(vae, lat_h: int, lat_w: int, block_frames: int) -> dict:
+    """The planner's arguments for the model's own decoder: a Wan 2.1 VAE's counted memory model (so the
+    plan may slice its decode), another decoder's weights + working set; nothing (the Wan estimate) without one."""
+    from .vae import Wan22VAE, WanVAE
+    from .vae.memory import VAEMemory
+
+    if isinstance(vae, WanVAE) and not isinstance(vae, Wan22VAE):
+        return {"vae_memory": VAEMemory.for_vae(vae, lat_h, lat_w)}
     if vae is None or not hasattr(vae, "decode_working_set_bytes"):
-        return None
+        return {}
     weights = sum(p.numel() * p.element_size() for p in vae.parameters())
-    return weights + vae.decode_working_set_bytes(lat_h, lat_w, block_frames)
+    return {"vae_bytes": weights + vae.decode_working_set_bytes(lat_h, lat_w, block_frames)}
 
 
-def check_plan(plan: MemoryPlan) -> KVCacheConfig:
+def check_plan(plan: MemoryPlan, world_model: WorldModel | None = None) -> KVCacheConfig:
     """The requested cache config if it fits its budget; else CacheBudgetError with the planner's advice.
 
     Stricter than `plan.check()`, which accepts a substitute (offload, int8, a shorter window): we never
-    change the user's cache settings behind their back, we tell them which change fits.
+    change the user's cache settings behind their back, we tell them which change fits. With
+    `world_model`, its Wan VAE decodes as planned (a smaller decode slicing gives the same frames).
     """
     chosen = plan.check()  # also refuses when the frames kept do not fit host memory
     if chosen != plan.requested:
         raise CacheBudgetError(plan.message)
+    vae = getattr(world_model, "vae", None)
+    slicing = plan.decode.slicing if plan.decode is not None else None
+    if slicing is not None and getattr(vae, "stream_slicing", slicing) != slicing:
+        log.info("the VAE decodes %s, as planned for the budget", slicing.describe(plan.block_frames))
+        vae.stream_slicing = slicing
     return chosen
 
 

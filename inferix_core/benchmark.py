@@ -182,7 +182,23 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
     return BlockDiffusionPipeline(model, sampling, cache), context
 
 
-def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None):
+def bench_vae_memory(cfg: BenchConfig):
+    """The memory model of the bench's decoder: the Wan 2.1 VAE counted (`vae.memory`) with the options the
+    bench decodes with; None for the others (the planner's own estimate)."""
+    if not cfg.vae_decode or cfg.decoder != "wan" or PRESETS[cfg.preset]["config"].in_dim == 48:
+        return None
+    from .vae.config import VAEDecodeOptions
+    from .vae.memory import VAEMemory
+
+    preset = PRESETS[cfg.preset]
+    return VAEMemory.estimated(
+        preset["latent_height"], preset["latent_width"], 1, DTYPES[cfg.dtype].itemsize,
+        96 if cfg.preset in FULL_SIZE_PRESETS else 4, options=VAEDecodeOptions.fast() if cfg.vae_fast else VAEDecodeOptions(),
+        cuda=torch.device(cfg.device).type == "cuda",
+    )  # fmt: skip
+
+
+def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None, decode_slicing=None):
     """The memory planner's estimate for this benchmark's run (what `planned_gib` reports)."""
     from .cache import plan_memory
 
@@ -198,7 +214,22 @@ def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: i
         vae_bytes=None if cfg.vae_decode else 0,
         resident_blocks=resident_blocks,
         fp8_block_weights=cfg.fp8 or cfg.fp8_weights,
+        vae_memory=bench_vae_memory(cfg),
+        decode_slicing=decode_slicing,
+        decode_overlaps=cfg.overlap_decode,
     )
+
+
+def planned_decode_slicing(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None):
+    """With gpu_memory_gb and the Wan 2.1 VAE: the fastest decode slicing whose plan fits the card (the
+    smallest when none does, as `plan_resident_blocks` chose); else None (the VAE's default)."""
+    vae = bench_vae_memory(cfg)
+    if cfg.gpu_memory_gb is None or vae is None:
+        return None
+    for slicing in vae.slicings:
+        if bench_memory_plan(cfg, cache, resident_blocks, slicing).total_bytes <= cfg.gpu_memory_gb * 2**30:
+            break
+    return slicing
 
 
 def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | None:
@@ -212,6 +243,7 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
         preset["config"], int(cfg.gpu_memory_gb * 2**30), preset["latent_height"], preset["latent_width"], cache,
         dtype=DTYPES[cfg.dtype], block_frames=cfg.block_frames, max_frames=cfg.latent_frames,
         vae_bytes=None if cfg.vae_decode else 0, fp8_block_weights=cfg.fp8 or cfg.fp8_weights,
+        vae_memory=bench_vae_memory(cfg), decode_overlaps=cfg.overlap_decode,
     )  # fmt: skip
     return resident
 
@@ -252,7 +284,13 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
 
     swap = getattr(pipe.model, "block_swap", None)
     resident = swap.resident if swap is not None and swap.swapped else None
-    planned = bench_memory_plan(cfg, pipe.cache_config, resident).total_bytes
+    slicing = planned_decode_slicing(cfg, pipe.cache_config, resident)
+    if slicing is not None:  # the Wan 2.1 VAE decodes as planned for the card
+        vae.stream_slicing = slicing
+    plan = bench_memory_plan(cfg, pipe.cache_config, resident, slicing)
+    planned = plan.total_bytes
+    if vae is not None and plan.decode is not None and bench_vae_memory(cfg) is not None:
+        slicing = plan.decode.slicing
     if cfg.gpu_memory_gb is not None and cuda:  # the emulated card: the allocator refuses past this
         torch.cuda.empty_cache()
         total_memory = torch.cuda.get_device_properties(device).total_memory
@@ -314,6 +352,7 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "median_block_s": per_block,
         "peak_gib": max(r["peak_bytes"] for r in runs) / 2**30 if cuda else None,
         "planned_gib": planned / 2**30,
+        "decode_slicing": None if slicing is None else slicing.describe(cfg.block_frames),
         "resident_blocks": resident,
         "runs": runs,
     }
@@ -350,6 +389,7 @@ def format_table(result: dict) -> str:
             else f"{result['resident_blocks']} of {c['preset_layers']} blocks resident",
         ),
         ("emulated card (GB)", c.get("gpu_memory_gb") or "-"),
+        ("VAE decode (planned)", result.get("decode_slicing") or "-"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

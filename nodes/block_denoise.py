@@ -311,7 +311,7 @@ class InferixBlockDenoise(io.ComfyNode):
             num_initial_frames=-(-num_start // world_model.temporal_compression),
         )
         log.info("%s", plan.describe())
-        check_plan(plan)
+        check_plan(plan, world_model)  # also: the VAE decodes as planned
         rt.ensure_loaded(world_model, plan.total_bytes - plan.weights_bytes)  # ComfyUI makes room, reloads if evicted
         text = (
             prompt_schedule

@@ -1,10 +1,12 @@
 """Memory planner: from model, resolution, window, batch and a GPU budget to a cache configuration.
 
-`plan_memory` estimates the GPU bytes of the transformer weights, the KV cache, one block call's
-activations and the VAE's streaming decode, then keeps the requested cache configuration if it fits or
-picks the first feasible alternative (offload, then int8, then int4 pages, then a shorter window:
-exactness first). It allocates nothing. KV cache bytes are exact (the same formulas the stores
-allocate with); activations and VAE are estimates (see docs/kv_cache.md, "Memory formulas").
+`plan_memory` adds up the GPU bytes of the transformer weights, the KV cache, the VAE's weights and
+decode state (kept for the run) and the larger of one block call's activations and one block decode's
+transient; with a budget it picks the fastest exact VAE decode slicing that fits, then keeps the
+requested cache configuration if it fits or picks the first feasible alternative (offload, then int8,
+then int4 pages, then a shorter window: exactness first). It allocates nothing. KV cache bytes are exact
+(the formulas the stores allocate with), the Wan VAE's are counted (vae/memory.py), activations are an
+estimate that errs high (docs/memory.md, "How the planner adds up").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CacheBudgetError, ConfigError
+from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
 from .factory import cache_kind
 from .offload import offload_layout
 from .paged import planned_pages
@@ -174,12 +177,17 @@ def estimate_offload(
 
 @dataclass
 class MemoryPlan:
-    """What a run needs on the GPU, and the cache configuration that fits (or why none does)."""
+    """What a run needs on the GPU, and the cache configuration that fits (or why none does).
+
+    Peak = what stays for the whole run (transformer weights, KV cache, the VAE's weights and its decode
+    state) + the larger of one block call's activations and one block decode's transient (they never
+    live at once unless the decode overlaps the next block: `decode_overlaps`, then their sum).
+    """
 
     budget_bytes: int | None
     weights_bytes: int
     activation_bytes: int
-    vae_bytes: int
+    vae_bytes: int  # the VAE's weights + decode working set (state + transient), as one number
     requested: KVCacheConfig
     requested_cache: CacheCost
     chosen: KVCacheConfig | None
@@ -189,15 +197,34 @@ class MemoryPlan:
     offload: OffloadEstimate | None = None  # when the planned cache offloads: its per-call copy arithmetic
     budget_source: str = "explicit"  # or where a default budget came from ("free memory of cuda:0", ...)
     host: HostMemory | None = None  # frames kept in host memory vs the RAM available (set by `check_host_memory`)
+    vae_weights_bytes: int = 0
+    decode: DecodeMemory | None = None  # the Wan 2.1 VAE decode as planned: state, transient, the slicing chosen
+    block_frames: int = 3
+    decode_overlaps: bool = False
 
     @property
     def feasible(self) -> bool:
         return self.chosen is not None
 
     @property
+    def vae_kept_bytes(self) -> int:
+        """VAE bytes held for the whole run: its weights and the decode state carried between blocks."""
+        return self.vae_bytes - (self.decode.transient_bytes if self.decode is not None else 0)
+
+    @property
+    def transient_bytes(self) -> int:
+        """The larger of one block call's activations and one block decode's transient (their sum when overlapped)."""
+        decode = self.decode.transient_bytes if self.decode is not None else 0
+        return self.activation_bytes + decode if self.decode_overlaps else max(self.activation_bytes, decode)
+
+    @property
+    def fixed_bytes(self) -> int:
+        """Everything but the KV cache."""
+        return self.weights_bytes + self.vae_kept_bytes + self.transient_bytes
+
+    @property
     def total_bytes(self) -> int:
-        cache = (self.chosen_cache or self.requested_cache).device_bytes
-        return self.weights_bytes + self.activation_bytes + self.vae_bytes + cache
+        return self.fixed_bytes + (self.chosen_cache or self.requested_cache).device_bytes
 
     def check(self) -> KVCacheConfig:
         """The configuration to run with; raises CacheBudgetError when nothing fits (device or host memory)."""
@@ -211,17 +238,28 @@ class MemoryPlan:
         rows = [
             ("transformer weights", self.weights_bytes),
             ("activations (one block call, est.)", self.activation_bytes),
-            ("VAE (streaming decode, est.)", self.vae_bytes),
-            (f"KV cache as requested ({self.requested_cache.kind})", self.requested_cache.device_bytes),
         ]
+        if self.decode is not None and self.decode.transient_bytes:
+            rows += [
+                ("VAE weights + decode state (kept)", self.vae_kept_bytes),
+                ("VAE block decode (transient)", self.decode.transient_bytes),
+            ]
+        else:
+            rows.append(("VAE (streaming decode)", self.vae_bytes))
+        rows.append((f"KV cache as requested ({self.requested_cache.kind})", self.requested_cache.device_bytes))
         if self.chosen_cache is not None and self.chosen != self.requested:
             rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
         lines = ["Memory plan"] + [f"  {name:<40} {_format_bytes(n):>10}" for name, n in rows]
-        lines.append(f"  {'total on the GPU':<40} {_format_bytes(self.total_bytes):>10}")
+        overlap = (
+            "activations + decode (overlapped)" if self.decode_overlaps else "the larger of activations and decode"
+        )
+        lines.append(f"  {'total on the GPU':<40} {_format_bytes(self.total_bytes):>10}  ({overlap} counted)")
         budget = _format_bytes(self.budget_bytes) if self.budget_bytes else "none"
         source = f" ({self.budget_source})" if self.budget_bytes and self.budget_source != "explicit" else ""
         lines.append(f"  {'budget':<40} {budget:>10}{source}")
         lines.append(f"  cache: {(self.chosen_cache or self.requested_cache).formula}")
+        if self.decode is not None and self.decode.transient_bytes:
+            lines.append(f"  VAE decode: {self.decode.slicing.describe(self.block_frames)}; {self.decode.formula}")
         host = (self.chosen_cache or self.requested_cache).host_bytes
         if host:
             lines.append(f"  pinned host memory for offloaded pages: {_format_bytes(host)}")
@@ -250,6 +288,10 @@ class MemoryPlan:
             "weights_bytes": self.weights_bytes,
             "activation_bytes": self.activation_bytes,
             "vae_bytes": self.vae_bytes,
+            "vae_kept_bytes": self.vae_kept_bytes,
+            "decode": None if self.decode is None else dataclasses.asdict(self.decode),
+            "decode_slicing": None if self.decode is None else self.decode.slicing.describe(self.block_frames),
+            "decode_overlaps": self.decode_overlaps,
             "requested": cfg(self.requested),
             "requested_cache": dataclasses.asdict(self.requested_cache),
             "chosen": cfg(self.chosen),
@@ -278,6 +320,9 @@ def plan_memory(
     vae_bytes: int | None = None,
     resident_blocks: int | None = None,
     fp8_block_weights: bool = False,
+    vae_memory: VAEMemory | None = None,
+    decode_slicing: DecodeSlicing | None = None,
+    decode_overlaps: bool = False,
 ) -> MemoryPlan:
     """Plan GPU memory for a run; see the module docstring.
 
@@ -287,56 +332,126 @@ def plan_memory(
             44 × 80 for 704 × 1280 (TI2V-5B).
         cache_config: the requested cache settings.
         budget_bytes: GPU bytes the run may use; None = unlimited (the plan only reports).
-        vae_dim: base channel count of the Wan 2.1 VAE decoder (96), for its estimate (48-channel models get
-            the Wan 2.2 VAE's, see `estimated_vae_bytes`).
+        vae_dim: base channel count of the Wan 2.1 VAE decoder (96), for its estimate when no VAE is given.
         max_frames: run length in latent frames, needed for global attention (window_frames=-1).
-        vae_bytes: the decoder's weights + streaming working set when the caller knows its VAE (see
-            `decode_working_set_bytes` of the VAE classes); None = the Wan VAE estimate from `vae_dim`.
+        vae_bytes: the decoder's weights + working set as one number, kept for the whole run (a decoder the
+            Wan 2.1 formula does not describe); 0 = no decoding.
         resident_blocks: with block swap (`models.block_swap`), the transformer blocks kept on the device;
             the others count only as the two staging slots. None = every block resident.
         fp8_block_weights: the block linears' weights stored in e4m3 (`fp8_weights` / `fp8`).
+        vae_memory: the Wan 2.1 VAE's memory model (`vae.memory.VAEMemory.for_vae`); None (and no
+            `vae_bytes`) = the Wan VAE of `vae_dim` with its CUDA defaults (48 latent channels: Wan 2.2's).
+        decode_slicing: how blocks are decoded; None = with a budget, the fastest slicing that leaves the
+            requested cache room (`vae.memory.DECODE_SLICINGS`), else the VAE's own.
+        decode_overlaps: the decode runs beside the next block's denoising (`OverlappedDecoder`).
     """
     cfg = model_config
     elem = _elem(dtype)
-    ft = cfg.frame_tokens(latent_h, latent_w)
-    spec = KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, ft, block_frames, batch, dtype, "meta", max_frames)
+    spec = _kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames)
     cache_config.check_block(block_frames)
     weights = transformer_weight_bytes(cfg, elem, resident_blocks, fp8_block_weights)
-    # one call: n query tokens against a span of `span` tokens (memory-efficient SDPA: no score matrix)
-    n = batch * block_frames * ft
-    span_frames = max_frames if cache_config.is_global else cache_config.window_frames
-    span = batch * (span_frames or block_frames) * ft
-    acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 8 * 2 * n * cfg.dim  # + RoPE f32
-    if cache_config.quantization != "none":
-        acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
-    if vae_bytes is None:  # no decoder at hand: the Wan 2.1 or 2.2 VAE's, by the model's latent channels
-        from ..vae.config import estimated_vae_bytes
-
-        vae_bytes = estimated_vae_bytes(cfg.in_dim, latent_h, latent_w, block_frames, batch, elem, vae_dim)
-    vae = vae_bytes
-    fixed = weights + acts + vae
+    acts = activation_bytes(cfg, spec, cache_config)
+    vae = _vae_memory(cfg.in_dim, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory)
     requested_cost = cache_cost(cache_config, spec)
-    plan = MemoryPlan(budget_bytes, weights, acts, vae, cache_config, requested_cost, cache_config, requested_cost, "")
-    if budget_bytes is None or fixed + requested_cost.device_bytes <= budget_bytes:
+    plan = MemoryPlan(
+        budget_bytes, weights, acts, 0, cache_config, requested_cost, cache_config, requested_cost, "",
+        vae_weights_bytes=vae.weights_bytes, block_frames=block_frames, decode_overlaps=decode_overlaps,
+    )  # fmt: skip
+    if vae.fixed_bytes is not None:  # a decoder of its own estimate: kept for the whole run, nothing to choose
+        plan.vae_bytes = vae.fixed_bytes
+    else:
+        _set_decode(plan, _choose_decode(plan, vae, decode_slicing))
+    if budget_bytes is None or plan.total_bytes <= budget_bytes:
         if requested_cost.kind == "offload":
             plan.offload = estimate_offload(cfg, spec, cache_config)
         return plan
-    avail = budget_bytes - fixed
-    # alternatives, exactness first: offload keeps results bitwise, quantization changes them a little,
-    # a shorter window changes what the model sees
+    avail = budget_bytes - plan.fixed_bytes
+    window = _largest_window(dataclasses.replace(cache_config, offload="off", gpu_budget_bytes=None), spec, avail)
+    _choose_cache(plan, _cache_alternatives(cache_config, spec, avail, window), spec, avail)
+    if plan.chosen_cache is not None and plan.chosen_cache.kind == "offload":
+        plan.offload = estimate_offload(cfg, spec, plan.chosen)
+    plan.message = _budget_message(plan, avail, window) + _offload_warning(plan.offload)
+    log.info("%s", plan.message)
+    return plan
+
+
+def _kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames) -> KVCacheSpec:
+    """The KV cache's shape for this run (no tensors: device "meta")."""
+    ft = cfg.frame_tokens(latent_h, latent_w)
+    return KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, ft, block_frames, batch, dtype, "meta", max_frames)
+
+
+def activation_bytes(cfg, spec: KVCacheSpec, cache_config: KVCacheConfig) -> int:
+    """One block call's activations (estimate; memory-efficient SDPA, so no score matrix): n query tokens
+    against a span of keys. `elem·(8·n·dim + 2·n·ffn + 2·span·dim) + 16·n·dim` (float32 RoPE), plus
+    float32 dequantization temporaries of the span for a quantized cache."""
+    elem = _elem(spec.dtype)
+    n = spec.batch_size * spec.block_frames * spec.frame_tokens
+    span_frames = spec.max_frames if cache_config.is_global else cache_config.window_frames
+    span = spec.batch_size * (span_frames or spec.block_frames) * spec.frame_tokens
+    acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 8 * 2 * n * cfg.dim  # + RoPE f32
+    if cache_config.quantization != "none":
+        acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
+    return acts
+
+
+def _vae_memory(latent_channels, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory) -> VAEMemory:
+    """The decoder's memory model: given, a fixed number, or the Wan 2.1 / 2.2 VAE by the latent channels."""
+    if vae_memory is not None:
+        return vae_memory
+    if vae_bytes is not None:
+        return VAEMemory.fixed(vae_bytes)
+    if latent_channels == 48:  # the Wan 2.2 VAE: its own estimate (vae.config)
+        from ..vae.config import estimated_vae_bytes
+
+        return VAEMemory.fixed(estimated_vae_bytes(48, latent_h, latent_w, 1, batch, elem))
+    return VAEMemory.estimated(latent_h, latent_w, batch, elem, vae_dim)
+
+
+def _choose_decode(plan: MemoryPlan, vae: VAEMemory, slicing: DecodeSlicing | None) -> DecodeMemory:
+    """The decode as asked; else, with a budget, the fastest slicing whose total leaves room for the
+    requested cache (the smallest when none does); else the VAE's own."""
+    if slicing is not None or plan.budget_bytes is None:
+        return vae.decode(plan.block_frames, slicing)
+    decode = None
+    for candidate in vae.slicings:
+        decode = vae.decode(plan.block_frames, candidate)
+        _set_decode(plan, decode, vae.weights_bytes)
+        if plan.total_bytes <= plan.budget_bytes:
+            break
+    assert decode is not None
+    if decode.slicing != vae.default:
+        log.info("memory plan: the VAE decodes %s", decode.slicing.describe(plan.block_frames))
+    return decode
+
+
+def _set_decode(plan: MemoryPlan, decode: DecodeMemory, weights: int | None = None) -> None:
+    plan.decode = decode
+    plan.vae_bytes = (plan.vae_weights_bytes if weights is None else weights) + decode.working_set_bytes
+
+
+def _cache_alternatives(
+    config: KVCacheConfig, spec: KVCacheSpec, avail: int, window: int | None
+) -> list[tuple[str, KVCacheConfig]]:
+    """Cache configurations to try when the request does not fit, exactness first: offload keeps results
+    bitwise, quantization changes them a little, a shorter window changes what the model sees."""
     options: list[tuple[str, KVCacheConfig]] = []
     if avail > 0:
         options.append(
-            ("offload", dataclasses.replace(cache_config, offload="auto", gpu_budget_bytes=avail, quantization="none"))
+            ("offload", dataclasses.replace(config, offload="auto", gpu_budget_bytes=avail, quantization="none"))
         )
-    base = dataclasses.replace(cache_config, offload="off", gpu_budget_bytes=None)
+    base = dataclasses.replace(config, offload="off", gpu_budget_bytes=None)
     options += [
         ("int8", dataclasses.replace(base, quantization="int8")),
         ("int4", dataclasses.replace(base, quantization="int4")),
     ]
-    window = _largest_window(base, spec, avail)
     if window is not None:
         options.append((f"window_frames={window}", dataclasses.replace(base, window_frames=window)))
+    return options
+
+
+def _choose_cache(plan: MemoryPlan, options: list[tuple[str, KVCacheConfig]], spec: KVCacheSpec, avail: int) -> None:
+    """The first alternative whose cache fits `avail` becomes the plan's; every one is listed as a candidate."""
     plan.chosen, plan.chosen_cache = None, None
     for label, option in options:
         try:
@@ -348,20 +463,24 @@ def plan_memory(
         plan.candidates.append((label, cost.device_bytes, fits))
         if fits and plan.chosen is None:
             plan.chosen, plan.chosen_cache = option, cost
-    if plan.chosen_cache is not None and plan.chosen_cache.kind == "offload":
-        plan.offload = estimate_offload(cfg, spec, plan.chosen)
+
+
+def _budget_message(plan: MemoryPlan, avail: int, window: int | None) -> str:
+    """Why the requested cache does not fit, the fixes, and (when nothing fits) what each alternative needs."""
+    req = plan.requested_cache
     hints = []
-    if window is not None and window != cache_config.window_frames:
+    if window is not None and window != plan.requested.window_frames:
         hints.append(f"lower window_frames to {window}")
     hints += ["set quantization='int8'", "or enable offload"]
     left = f"{_format_bytes(avail)}" if avail > 0 else f"nothing ({_format_bytes(-avail)} short before the cache)"
-    plan.message = (
-        f"KV cache needs {_format_bytes(requested_cost.device_bytes)} ({requested_cost.formula}) but the budget of "
-        f"{_format_bytes(budget_bytes)} leaves {left} for it (weights {_format_bytes(weights)}, activations {_format_bytes(acts)}, "
-        f"VAE {_format_bytes(vae)}). {', '.join(hints).capitalize()}."
+    message = (
+        f"KV cache needs {_format_bytes(req.device_bytes)} ({req.formula}) but the budget of "
+        f"{_format_bytes(plan.budget_bytes)} leaves {left} for it (weights {_format_bytes(plan.weights_bytes)}, "
+        f"activations {_format_bytes(plan.activation_bytes)}, VAE {_format_bytes(plan.vae_bytes)}). "
+        f"{', '.join(hints).capitalize()}."
     )
     if plan.chosen is None:
-        plan.message += (
+        message += (
             " None of these fits: "
             + "; ".join(
                 f"{lab} needs {_format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
@@ -369,16 +488,19 @@ def plan_memory(
             )
             + "."
         )
-    est = plan.offload
-    if est is not None and est.num_offloaded > est.max_hidden_offloaded:
-        share = est.num_offloaded * est.h2d_seconds_per_layer_call / (est.num_layers * est.layer_seconds)
-        plan.message += (
-            f" Offload streams {est.num_offloaded} layers per call (copies ≈ {100 * share:.0f} % of the "
-            f"compute time, est.; ≤ {est.max_hidden_offloaded} layers keep them within "
-            f"{100 * TRANSFER_SHARE:.0f} %): expect part of the transfer time to show."
-        )
-    log.info("%s", plan.message)
-    return plan
+    return message
+
+
+def _offload_warning(est: OffloadEstimate | None) -> str:
+    """A note when more layers are offloaded than their copies can hide behind a call's compute."""
+    if est is None or est.num_offloaded <= est.max_hidden_offloaded:
+        return ""
+    share = est.num_offloaded * est.h2d_seconds_per_layer_call / (est.num_layers * est.layer_seconds)
+    return (
+        f" Offload streams {est.num_offloaded} layers per call (copies ≈ {100 * share:.0f} % of the "
+        f"compute time, est.; ≤ {est.max_hidden_offloaded} layers keep them within "
+        f"{100 * TRANSFER_SHARE:.0f} %): expect part of the transfer time to show."
+    )
 
 
 def _largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int | None:
@@ -403,30 +525,40 @@ def plan_resident_blocks(
     vae_bytes: int | None = None,
     other_bytes: int = 0,
     fp8_block_weights: bool = False,
+    vae_memory: VAEMemory | None = None,
+    decode_overlaps: bool = False,
 ) -> tuple[int, MemoryPlan]:
     """The most transformer blocks that can stay on the device (block swap streams the rest) within budget.
 
     Everything else of the run is planned first (KV cache as requested, activations, VAE, `other_bytes`
-    such as a resident text encoder); the blocks get what is left. Returns (resident_blocks, the plan
-    with them). Raises CacheBudgetError naming the cheapest fix when even zero resident blocks (two
-    staging slots) do not fit.
+    such as a resident text encoder); the blocks get what is left. For each block count the VAE decode
+    is made smaller first (`vae.memory.DECODE_SLICINGS`: exact, and cheaper than streaming blocks), so
+    the plan names the decode slicing too. Returns (resident_blocks, the plan with them). Raises
+    CacheBudgetError naming the cheapest fix when even zero resident blocks (two staging slots) with
+    the smallest decode do not fit.
     """
     num_layers = model_config.num_layers
+    vae = _vae_memory(model_config.in_dim, latent_h, latent_w, 1, _elem(dtype), 96, vae_bytes, vae_memory)
     plan = None
     for resident in range(num_layers, -1, -1):
-        plan = plan_memory(
-            model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
-            max_frames=max_frames, vae_bytes=vae_bytes, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
-        )  # fmt: skip
-        if plan.total_bytes + other_bytes <= budget_bytes:
-            if resident < num_layers:
-                log.info(
-                    "memory plan: %d of %d transformer blocks resident (block swap) to fit %s",
-                    resident,
-                    num_layers,
-                    _format_bytes(budget_bytes),
-                )
-            return resident, plan
+        for slicing in vae.slicings:
+            plan = plan_memory(
+                model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
+                max_frames=max_frames, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
+                vae_memory=vae, decode_slicing=slicing, decode_overlaps=decode_overlaps,
+            )  # fmt: skip
+            if plan.total_bytes + other_bytes <= budget_bytes:
+                if resident < num_layers:
+                    log.info(
+                        "memory plan: %d of %d transformer blocks resident (block swap) to fit %s",
+                        resident,
+                        num_layers,
+                        _format_bytes(budget_bytes),
+                    )
+                if slicing != vae.default and plan.decode is not None:
+                    log.info("memory plan: the VAE decodes %s", slicing.describe(block_frames))
+                plan.budget_bytes = budget_bytes
+                return resident, plan
     assert plan is not None
     short = plan.total_bytes + other_bytes - budget_bytes
     cache = plan.requested_cache.device_bytes

@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
     p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
     p.add_argument(
+        "--vae-fast",
+        action="store_true",
+        help="with --vae-decode: the Wan VAE's VAEDecodeOptions.fast() (what a loaded Wan VAE uses on CUDA)",
+    )
+    p.add_argument(
         "--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises"
     )
     p.add_argument(
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,
-        fp8_weights=args.fp8_weights,
+        fp8_weights=args.fp8_weights, vae_fast=args.vae_fast,
     )  # fmt: skip
     result = run_engine_benchmark(cfg)
     print(format_table(result))

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..cache import KVCacheConfig
-from ..errors import ConfigError, MissingFileError
+from ..errors import CacheBudgetError, ConfigError, MissingFileError
 from ..scheduler import SamplingConfig
 from .block_swap import enable_block_swap
 from .family_detect import FamilyChoice, FileFacts, detect_family
@@ -326,8 +326,10 @@ def load_world_model(
 
     gpu_memory (bytes): plan block swap for a card of this size when resident_blocks is None: the
     memory planner reserves the KV cache (the family's default window), activations, the VAE and a
-    resident text encoder at the model's size (480×832 unless it has its own), and keeps as many
-    blocks resident as fit; a run that cannot fit is refused before anything is loaded, naming a fix.
+    resident text encoder at the model's size (480×832 unless it has its own), slices the Wan VAE's
+    decode when that makes room (the same frames), and keeps as many blocks resident as fit; a resident
+    text encoder that leaves no plan at all moves to 'offload' or 'cpu' (logged); a run that still cannot
+    fit is refused before anything is loaded, naming a fix.
 
     resident_blocks=N keeps the first N transformer blocks on the device and streams the others from
     pinned host memory one block ahead (`inferix_core.models.block_swap`); results are bitwise those
@@ -385,8 +387,9 @@ def load_world_model(
     )
     log.info("%s: family %s (%s)", Path(path).name, choice.family, choice.reason)
     state = merge_lora_files(state, lora, device=dev)  # before fp8 and compile; no LoRA: the same tensors
+    decode_slicing = None
     if gpu_memory is not None and resident_blocks is None:
-        resident_blocks = _planned_resident_blocks(
+        resident_blocks, decode_slicing, text_encoder_placement = _planned_resident_blocks(
             config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement
         )
     variant = None
@@ -407,6 +410,12 @@ def load_world_model(
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
     vae = _load_vae(vae_path, dev, dt) if vae_path else None
+    if decode_slicing is not None and vae is not None and decode_slicing != vae.stream_slicing:
+        log.info(
+            "the VAE decodes %s, as planned for the budget (the same frames)",
+            decode_slicing.describe(spec.sampling.block_frames),
+        )
+        vae.stream_slicing = decode_slicing  # less memory per block
     _check_latent_channels(config, vae, vae_path)
     preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     if text_encoder_placement not in ("device", "cpu", "offload"):
@@ -507,19 +516,46 @@ def _build_transformer(
     return model
 
 
-def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement) -> int | None:
-    """Block swap for a `budget`-byte card (see load_world_model's gpu_memory); None when all blocks fit."""
+def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement):
+    """Block swap, the VAE decode slicing and the text encoder placement for a `budget`-byte card (see
+    load_world_model's gpu_memory): (resident blocks or None when all fit, the `DecodeSlicing`, placement).
+
+    A resident text encoder that leaves no plan at all (even every block streamed) is placed 'offload'
+    instead (on the GPU only to encode a new prompt) when it fits beside what the run keeps there, else
+    'cpu': the same embeddings, logged; otherwise the placement asked stays.
+    """
     from ..cache.planner import plan_resident_blocks
 
     text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
     latent_h, latent_w = 60, 104  # 480x832 through the Wan VAE's 8x
     window = family.cache.window_frames
-    resident, plan = plan_resident_blocks(
-        config, budget, latent_h, latent_w, family.cache, dtype=dtype, block_frames=family.sampling.block_frames,
-        max_frames=21 if window == -1 else None, other_bytes=text_bytes, fp8_block_weights=fp8_blocks,
-    )  # fmt: skip
-    log.info("memory plan for a %.1f GiB budget:\n%s", budget / 2**30, plan.describe())
-    return None if resident >= config.num_layers else resident
+
+    def plan(other_bytes):
+        return plan_resident_blocks(
+            config, budget, latent_h, latent_w, family.cache, dtype=dtype, block_frames=family.sampling.block_frames,
+            max_frames=21 if window == -1 else None, other_bytes=other_bytes, fp8_block_weights=fp8_blocks,
+        )  # fmt: skip
+
+    try:
+        resident, memory_plan = plan(text_bytes)
+    except CacheBudgetError as refused:
+        if not text_bytes:
+            raise
+        try:
+            resident, memory_plan = plan(0)
+        except CacheBudgetError:
+            raise refused from None
+        # offload brings the whole encoder to the GPU for an encode, beside what the run keeps there
+        kept = memory_plan.weights_bytes + memory_plan.requested_cache.device_bytes + memory_plan.vae_kept_bytes
+        placement = "offload" if kept + text_bytes <= budget else "cpu"
+        log.info(
+            "the text encoder (%.1f GiB) does not fit beside the run in %.1f GiB: placed '%s' (%s; the same "
+            "embeddings)", text_bytes / 2**30, budget / 2**30, placement,
+            "on the GPU only while it encodes a new prompt" if placement == "offload" else "it runs on the host",
+        )  # fmt: skip
+    log.info("memory plan for a %.1f GiB budget:\n%s", budget / 2**30, memory_plan.describe())
+    slicing = memory_plan.decode.slicing if memory_plan.decode is not None else None
+    return (None if resident >= config.num_layers else resident), slicing, placement
 
 
 def _use_stored_fp8(model: torch.nn.Module, state: dict, dtype: torch.dtype) -> None:

@@ -262,13 +262,9 @@ class Wan22VAEConfig:
 def wan_decode_working_set_bytes(
     dim: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int
 ) -> int:
-    """Estimated GPU bytes a streamed Wan VAE decode of `latent_frames` needs beyond its weights.
-
-    8 live activations of `dim` channels per output pixel and frame (4 frames per latent frame; the
-    first frame of a stream is ×1, ignored): calibrated on an H200 with `VAEDecodeOptions.fast()` (6.99
-    GiB measured for a 3-latent block at 480×832, dim 96, bf16; this gives 6.85 GiB); the reference
-    path needs ~1.4× that (docs/performance.md).
-    """
+    """The Wan 2.2 VAE's decode working set estimate (not counted or calibrated yet): 8 activations of
+    `dim` channels per output pixel and frame, 4 frames per latent frame. The Wan 2.1 VAE is counted
+    exactly instead (`wan_decode_memory`)."""
     return 8 * batch * dim * 4 * latent_frames * (8 * latent_h) * (8 * latent_w) * elem_bytes
 
 
@@ -278,18 +274,20 @@ WAN22_VAE_PARAMETERS = 704_688_668  # Wan2.2_VAE.pth (encoder 160 wide, decoder 
 def estimated_vae_bytes(
     latent_channels: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int, dim: int = 96
 ) -> int:
-    """Weights + streaming-decode working set of the Wan VAE that goes with `latent_channels`, when none is at hand.
+    """Weights + streaming-decode working set of the Wan 2.2 VAE (48 latent channels) when none is at hand.
 
-    16 channels: the Wan 2.1 VAE with base width `dim` (weights scale as dim²). 48 channels: the released
-    Wan 2.2 VAE (`dim` is ignored); its decoder's last stage is 256 wide at 8x the latent grid, before the
-    2x unpatchify, which the Wan 2.1 formula covers with dim 256, for one latent frame per decoder call (how
-    `Wan22VAE` streams; an estimate, not calibrated on a GPU).
+    Its decoder's last stage is 256 wide at 8x the latent grid, before the 2x unpatchify, which the 8x
+    formula covers with dim 256, for one latent frame per decoder call (how `Wan22VAE` streams; an
+    estimate, not calibrated on a GPU). The Wan 2.1 VAE (16 channels) is counted instead:
+    `vae.memory.VAEMemory.estimated`.
     """
-    if latent_channels == 48:
-        working = wan_decode_working_set_bytes(256, latent_h, latent_w, min(latent_frames, 1), batch, elem_bytes)
-        return WAN22_VAE_PARAMETERS * elem_bytes + working
-    working = wan_decode_working_set_bytes(dim, latent_h, latent_w, latent_frames, batch, elem_bytes)
-    return int(127e6 * (dim / 96) ** 2) * elem_bytes + working
+    if latent_channels != 48:
+        from .memory import VAEMemory
+
+        est = VAEMemory.estimated(latent_h, latent_w, batch, elem_bytes, dim)
+        return est.weights_bytes + est.decode(latent_frames).working_set_bytes
+    working = wan_decode_working_set_bytes(256, latent_h, latent_w, min(latent_frames, 1), batch, elem_bytes)
+    return WAN22_VAE_PARAMETERS * elem_bytes + working
 
 
 @dataclass(frozen=True)

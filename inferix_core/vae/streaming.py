@@ -114,6 +114,9 @@ class StreamDecoder:
             generation (their `keep_first_frame=False`, vae/pixel_window.py).
         options: `VAEDecodeOptions` (speed routes to the same frames); None is the reference path.
             With `channels_last`, the VAE's decoder weights are converted once, here.
+        release_previous_state: advance the state in place, freeing each old cache entry as soon as its
+            replacement exists (one state's bytes less at the peak; `vae.memory`). The frames are the same;
+            a decode that fails then leaves the state half advanced, so it is reset (and the error raised).
     """
 
     def __init__(
@@ -125,11 +128,13 @@ class StreamDecoder:
         zero_cache_demo: bool = False,
         options: VAEDecodeOptions | None = None,
         krea_decoder: bool = False,
+        release_previous_state: bool = False,
     ) -> None:
         if krea_decoder and zero_cache_demo:
             raise ConfigError("krea_decoder and zero_cache_demo are two different decoders; pick one")
         self.vae = vae
         self.krea_decoder = krea_decoder
+        self.release_previous_state = release_previous_state
         self.latent_frames_per_step = 1 if krea_decoder else latent_frames_per_step
         self.tiling = tiling
         self.zero_cache_demo = zero_cache_demo
@@ -153,14 +158,17 @@ class StreamDecoder:
         """Decode the next block of normalised latents (B, z_dim, f, h, w) → new pixel frames (B, 3, T, 8h, 8w)."""
         if latents.ndim != 5:
             raise ShapeMismatchError(f"latents must be [B, C, f, h, w], got {list(latents.shape)}")
-        state = self.state.fork()
-        if self.tiling is None:
-            cache = state.caches.get((0, 0)) or self._new_cache()
-            pixels, state.caches[(0, 0)] = self.vae.decode_step(
-                latents, cache, self.latent_frames_per_step, self.options
-            )
+        if self.release_previous_state:
+            state = self.state
+            try:
+                pixels = self._decode_into(latents, state)
+            except BaseException:
+                logger.warning("decode failed with the state advanced in place: the stream decoder starts over")
+                self.reset()
+                raise
         else:
-            pixels = self._decode_tiled(latents, state)
+            state = self.state.fork()
+            pixels = self._decode_into(latents, state)
         if self.zero_cache_demo or self.krea_decoder:
             pixels = pixels.clamp(-1.0, 1.0)
         if state.frames_to_drop:
@@ -169,6 +177,15 @@ class StreamDecoder:
         state.latent_frames_in += latents.shape[2]
         state.frames_out += pixels.shape[2]
         self.state = state
+        return pixels
+
+    def _decode_into(self, latents: Tensor, state: DecodeState) -> Tensor:
+        if self.tiling is not None:
+            return self._decode_tiled(latents, state)
+        cache = state.caches.get((0, 0)) or self._new_cache()
+        pixels, state.caches[(0, 0)] = self.vae.decode_step(
+            latents, cache, self.latent_frames_per_step, self.options, in_place=self.release_previous_state
+        )
         return pixels
 
     def _decode_tiled(self, latents: Tensor, state: DecodeState) -> Tensor:
@@ -180,8 +197,9 @@ class StreamDecoder:
                 y1, x1 = min(ty + tiling.tile_latent, h), min(tx + tiling.tile_latent, w)
                 cache = state.caches.get((ty, tx)) or self._new_cache()
                 tile, state.caches[(ty, tx)] = self.vae.decode_step(
-                    latents[..., ty:y1, tx:x1], cache, self.latent_frames_per_step, self.options
-                )
+                    latents[..., ty:y1, tx:x1], cache, self.latent_frames_per_step, self.options,
+                    in_place=self.release_previous_state,
+                )  # fmt: skip
                 wy = _ramp(tile.shape[-2], ty, y1, h, tiling.overlap_latent, scale)
                 wx = _ramp(tile.shape[-1], tx, x1, w, tiling.overlap_latent, scale)
                 mask = (wy[:, None] * wx[None, :]).to(tile)  # (tile H, tile W)

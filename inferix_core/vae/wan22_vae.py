@@ -35,6 +35,7 @@ from .layers import (
     Upsample,
     assign_cache_keys,
 )
+from .memory import DecodeSlicing
 from .wan_vae import WanVAE, _Head, _run
 
 if TYPE_CHECKING:
@@ -228,6 +229,7 @@ class Wan22VAE(WanVAE):
             if isinstance(module, DupUp3D):
                 module.cache_key = name
         self.decode_options: VAEDecodeOptions | None = None
+        self.stream_slicing = DecodeSlicing(self.stream_latent_frames_per_step)
         self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32), persistent=False)
         self.register_buffer("latent_std", torch.tensor(config.latent_std, dtype=torch.float32), persistent=False)
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import CheckpointLayoutError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
-from .config import VAEDecodeOptions, WanVAEConfig, is_wan22_state_dict, wan_decode_working_set_bytes
+from .config import VAEDecodeOptions, WanVAEConfig, is_wan22_state_dict
 from .layers import (
     AttentionBlock,
     CausalConv3d,
@@ -32,6 +32,7 @@ from .layers import (
     assign_cache_keys,
     norm_silu_padded,
 )
+from .memory import DecodeSlicing
 
 if TYPE_CHECKING:
     from .streaming import StreamDecoder, StreamEncoder
@@ -152,6 +153,8 @@ class WanVAE(nn.Module):
         # What `stream_decoder()` and `decode()` use when no options are passed (None: the reference path).
         # One switch for every caller (api, session, bench) once the options are measured on the target GPU.
         self.decode_options: VAEDecodeOptions | None = None
+        # How `stream_decoder()` splits blocks unless told otherwise; the memory planner may set it (exact either way).
+        self.stream_slicing = DecodeSlicing()
         # fp32 buffers: normalisation stays exact whatever dtype the convs run in.
         self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32), persistent=False)
         self.register_buffer("latent_std", torch.tensor(config.latent_std, dtype=torch.float32), persistent=False)
@@ -265,17 +268,20 @@ class WanVAE(nn.Module):
         cache: CausalConvCache,
         latent_frames_per_step: int | None = None,
         options: VAEDecodeOptions | None = None,
+        in_place: bool = False,
     ) -> tuple[Tensor, CausalConvCache]:
         """Decode normalised latents (B, z_dim, f, h, w) given the cache of everything decoded before.
 
         Returns the new pixel frames (B, 3, T, 8h, 8w) in [-1, 1] (not clamped) and the advanced cache;
         the cache passed in is not modified. `latent_frames_per_step` bounds peak memory by decoding
         in slices; any slicing gives the same frames. `options` picks faster routes to the same frames
-        (see `VAEDecodeOptions`; with `channels_last` the pixels come back NDHWC-strided).
+        (see `VAEDecodeOptions`; with `channels_last` the pixels come back NDHWC-strided). `in_place`
+        advances `cache` itself, so each replaced entry can be freed at once (less memory; the cache passed
+        in is then the advanced one).
         """
         self._check(z, self.config.z_dim, "latents")
         opts = None if options is None or options.is_reference else options
-        cache = cache.fork()
+        cache = cache if in_place else cache.fork()
         x = self.conv2(self.denormalise(z).to(self.dtype))
         if opts is not None and opts.channels_last:
             self.prepare_decode(opts)
@@ -329,20 +335,25 @@ class WanVAE(nn.Module):
         return torch.cat(outs, dim=2)
 
     def decode_working_set_bytes(self, latent_h: int, latent_w: int, latent_frames: int, batch: int = 1) -> int:
-        """Estimated GPU bytes a streamed decode of `latent_frames` needs beyond the weights (see
-        `wan_decode_working_set_bytes`)."""
-        elem = next(self.parameters()).element_size()
-        return wan_decode_working_set_bytes(self.config.dim, latent_h, latent_w, latent_frames, batch, elem)
+        """Device bytes a streamed decode of `latent_frames`-frame blocks needs beyond the weights, with this
+        VAE's `decode_options` and `stream_slicing` on its own device (`vae.memory.wan_decode_memory`)."""
+        from .memory import VAEMemory
+
+        return VAEMemory.for_vae(self, latent_h, latent_w, batch).decode(latent_frames).working_set_bytes
 
     def stream_decoder(self, **kwargs) -> StreamDecoder:
         """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`.
 
-        `options` defaults to `self.decode_options`.
+        `options` defaults to `self.decode_options`, `latent_frames_per_step` and `release_previous_state`
+        to `self.stream_slicing`.
         """
         from .streaming import StreamDecoder
 
         if kwargs.get("options") is None:
             kwargs["options"] = self.decode_options
+        if kwargs.get("latent_frames_per_step") is None:
+            kwargs["latent_frames_per_step"] = self.stream_slicing.latent_frames_per_step
+        kwargs.setdefault("release_previous_state", self.stream_slicing.release_previous_state)
         return StreamDecoder(self, **kwargs)
 
     def stream_encoder(self) -> StreamEncoder:

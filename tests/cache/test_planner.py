@@ -12,6 +12,7 @@ from inferix_core.cache.planner import cache_cost
 from inferix_core.cache.spec import KVCacheSpec
 from inferix_core.errors import CacheBudgetError, ConfigError
 from inferix_core.models.wan.config import WanConfig
+from inferix_core.vae.memory import DecodeSlicing
 
 GiB = 1024**3
 WAN13 = WanConfig()  # 1.3B: 30 layers, 12 heads × 128
@@ -57,7 +58,8 @@ def test_budget_error_names_the_numbers_and_the_fixes():
 
 def test_fallback_prefers_offload_then_quantization_then_window():
     cfg = KVCacheConfig(window_frames=21, sink_frames=3)
-    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=13 * GiB)
+    whole = DecodeSlicing()  # the decode held at whole blocks, so the cache has to give
+    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=13 * GiB, decode_slicing=whole)
     assert plan.feasible and plan.chosen.offload == "auto" and plan.chosen.quantization == "none"
     assert plan.total_bytes <= 13 * GiB
     assert "Lower window_frames to" in plan.message
@@ -67,10 +69,10 @@ def test_fallback_prefers_offload_then_quantization_then_window():
 
 def test_window_suggestion_is_the_largest_that_fits():
     cfg = KVCacheConfig(window_frames=21, sink_frames=3)
-    fixed = plan_memory(WAN13, H, W, cfg)
-    other = fixed.weights_bytes + fixed.activation_bytes + fixed.vae_bytes
+    whole = DecodeSlicing()
+    other = plan_memory(WAN13, H, W, cfg, decode_slicing=whole).fixed_bytes
     per_frame = 30 * 1560 * 12 * 128 * 2 * 2
-    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=other + 14 * per_frame + per_frame // 2)
+    plan = plan_memory(WAN13, H, W, cfg, budget_bytes=other + 14 * per_frame + per_frame // 2, decode_slicing=whole)
     assert "Lower window_frames to 14" in plan.message
 
 
@@ -89,9 +91,11 @@ def test_vae_estimates_follow_the_decoder_the_model_has():
     from inferix_core.api import plan_run
     from inferix_core.models.registry import load_world_model
     from inferix_core.vae import WanVAE, WanVAEConfig
+    from inferix_core.vae.config import VAEDecodeOptions
 
     with torch.device("meta"):
         wan = WanVAE(WanVAEConfig(dim=96)).to(torch.bfloat16)
+    wan.decode_options = VAEDecodeOptions.fast()
     measured = 6.99 * GiB  # H200, VAEDecodeOptions.fast(), one 3-latent block at 480×832 (docs/performance.md)
     assert abs(wan.decode_working_set_bytes(60, 104, 3) - measured) < 0.05 * measured
     bundled = load_world_model("bundled", device="cpu")
@@ -99,3 +103,36 @@ def test_vae_estimates_follow_the_decoder_the_model_has():
     plan = plan_run(bundled, None, width, height, num_blocks=4)
     weights = sum(p.numel() * p.element_size() for p in bundled.vae.parameters())
     assert weights < plan.vae_bytes < weights + 64 * 1024**2  # was 0.5 GiB with the Wan formula
+
+
+def test_the_decode_is_sliced_before_blocks_are_streamed():
+    """1.3B end to end with the Wan VAE in 8 GiB: the plan fits by decoding one latent frame per call
+    (the same frames), then keeps as many blocks as fit; it names the slicing."""
+    from inferix_core.cache.planner import plan_resident_blocks
+    from inferix_core.vae.memory import DECODE_SLICINGS
+
+    cache, budget = KVCacheConfig(window_frames=12, sink_frames=3), 8 * GiB
+    resident, plan = plan_resident_blocks(WAN13, budget, H, W, cache, max_frames=9)
+    assert plan.total_bytes <= budget and plan.decode.slicing in DECODE_SLICINGS
+    assert "1 latent frame per call" in plan.describe()
+    # every faster slicing at this block count, and one more block with the smallest, do not fit
+    faster = DECODE_SLICINGS[: DECODE_SLICINGS.index(plan.decode.slicing)]
+    for slicing in faster:
+        p = plan_memory(WAN13, H, W, cache, max_frames=9, resident_blocks=resident, decode_slicing=slicing)
+        assert p.total_bytes > budget
+    more = plan_memory(
+        WAN13, H, W, cache, max_frames=9, resident_blocks=resident + 1, decode_slicing=DECODE_SLICINGS[-1]
+    )
+    assert more.total_bytes > budget
+    unlimited = plan_memory(WAN13, H, W, cache, max_frames=9)
+    assert unlimited.decode.slicing == DecodeSlicing() and unlimited.total_bytes > budget
+
+
+def test_activations_and_decode_count_once_unless_the_decode_overlaps():
+    cache = KVCacheConfig(window_frames=12, sink_frames=3)
+    seq = plan_memory(WAN13, H, W, cache, max_frames=9)
+    both = plan_memory(WAN13, H, W, cache, max_frames=9, decode_overlaps=True)
+    kept = seq.weights_bytes + seq.requested_cache.device_bytes + seq.vae_kept_bytes
+    assert seq.total_bytes == kept + max(seq.activation_bytes, seq.decode.transient_bytes)
+    assert both.total_bytes == kept + seq.activation_bytes + seq.decode.transient_bytes
+    assert seq.vae_bytes == seq.vae_weights_bytes + seq.decode.working_set_bytes

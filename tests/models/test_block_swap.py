@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from inferix_core.errors import ConfigError
+from inferix_core.errors import CacheBudgetError, ConfigError
 from inferix_core.models.block_swap import BlockSwap, block_bytes, enable_block_swap, resident_blocks_for_budget
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
@@ -189,8 +189,12 @@ def test_load_world_model_plans_block_swap_from_gpu_memory(tmp_path):
     full, _ = plan_resident_blocks(cfg, 2**40, 60, 104, fam.cache, dtype=torch.float32, max_frames=21)
     assert full == 6
     from inferix_core.cache.planner import plan_memory
+    from inferix_core.vae.memory import DECODE_SLICINGS
 
-    budget = plan_memory(cfg, 60, 104, fam.cache, dtype=torch.float32, max_frames=21, resident_blocks=3).total_bytes
+    smallest = DECODE_SLICINGS[-1]  # the planner makes the decode smaller before it streams blocks
+    budget = plan_memory(
+        cfg, 60, 104, fam.cache, dtype=torch.float32, max_frames=21, resident_blocks=3, decode_slicing=smallest
+    ).total_bytes
     wm = load_world_model(str(path), device="cpu", gpu_memory=budget)
     assert wm.transformer.block_swap.resident == 3
     from inferix_core.errors import CacheBudgetError
@@ -206,3 +210,37 @@ def test_bundled_model_takes_the_memory_levers_too():
     wm = load_world_model("bundled", device="cpu", resident_blocks=0, fp8_weights=True)
     assert wm.transformer.block_swap.resident == 0
     assert count_fp8_linears(wm.transformer, weight_only=True) > 0
+
+
+def test_a_text_encoder_that_leaves_no_plan_moves_off_the_gpu(tmp_path):
+    """Resident umT5 would leave no plan even with every block streamed: 'offload' when it fits beside what the
+    run keeps on the GPU for an encode, else 'cpu'; a placement that fits is kept."""
+    from inferix_core.cache.planner import plan_memory
+    from inferix_core.models.registry import _planned_resident_blocks, get_family
+    from inferix_core.vae.memory import DECODE_SLICINGS
+
+    cfg = WanConfig(dim=64, ffn_dim=128, freq_dim=16, text_dim=8, text_len=4, num_heads=2, num_layers=6)
+    fam = get_family("self_forcing")
+    smallest = plan_memory(
+        cfg,
+        60,
+        104,
+        fam.cache,
+        dtype=torch.float32,
+        max_frames=21,
+        resident_blocks=0,
+        decode_slicing=DECODE_SLICINGS[-1],
+    )
+    budget = smallest.total_bytes + 4096
+    kept = smallest.weights_bytes + smallest.requested_cache.device_bytes + smallest.vae_kept_bytes
+    small, large = tmp_path / "small.safetensors", tmp_path / "large.safetensors"
+    with open(small, "wb") as f:
+        f.truncate(8192)  # more than the 4 KiB left over, less than the decode's transient
+    with open(large, "wb") as f:
+        f.truncate(budget - kept + 1)  # cannot sit beside what the run keeps either
+    args = (cfg, fam, budget, torch.float32, False)
+    assert _planned_resident_blocks(*args, str(small), "device")[2] == "offload"
+    assert _planned_resident_blocks(*args, str(large), "device")[2] == "cpu"
+    assert _planned_resident_blocks(*args, str(small), "cpu")[2] == "cpu"  # nothing to move: kept as asked
+    with pytest.raises(CacheBudgetError, match="more than the budget"):
+        _planned_resident_blocks(cfg, fam, smallest.total_bytes - 1, torch.float32, False, str(small), "device")

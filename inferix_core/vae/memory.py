@@ -1,0 +1,216 @@
+"""Device memory of a streamed Wan VAE decode: the state kept between blocks and what one block adds.
+
+Counted, not calibrated: `bench/count_decode_memory.py` runs the real decoder on the `meta` device under
+`profiling.LiveBytes` (every tensor's storage tracked until freed) and the formula below reproduces its
+peaks; the H200's measured peaks agree with the count to 1 % (docs/memory.md, "The Wan VAE decode").
+`DecodeSlicing` names the exact ways to make a decode smaller, which the memory planner chooses from.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .config import VAEDecodeOptions
+
+
+@dataclass(frozen=True)
+class DecodeSlicing:
+    """How a streamed decode splits a block; every choice gives the same frames (the causal caches).
+
+    Attributes:
+        latent_frames_per_step: latent frames per decoder call; None = the whole block in one call.
+        release_previous_state: advance the stream's causal caches in place, so each layer's previous
+            entry is freed as soon as its replacement exists, instead of keeping the whole previous
+            state until the block is done (which lets a failed decode leave the stream untouched).
+    """
+
+    latent_frames_per_step: int | None = None
+    release_previous_state: bool = False
+
+    def frames_per_call(self, block_frames: int) -> int:
+        step = self.latent_frames_per_step
+        return block_frames if step is None else max(1, min(block_frames, step))
+
+    def describe(self, block_frames: int) -> str:
+        f = self.frames_per_call(block_frames)
+        calls = "whole block per decoder call" if f == block_frames else f"{f} latent frame{'s' * (f > 1)} per call"
+        return calls + (", previous state released" if self.release_previous_state else "")
+
+
+# Fastest first; the planner takes the first whose working set fits. Releasing the previous state costs
+# nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md).
+DECODE_SLICINGS: tuple[DecodeSlicing, ...] = (
+    DecodeSlicing(),
+    DecodeSlicing(release_previous_state=True),
+    DecodeSlicing(1, release_previous_state=True),
+)
+
+
+@dataclass(frozen=True)
+class DecodeMemory:
+    """A streamed decode's device bytes: what stays between blocks and what a block adds while it decodes."""
+
+    state_bytes: int  # causal-conv caches kept between blocks
+    transient_bytes: int  # extra while a block decodes: previous state, activations, replaced entries, cuDNN copies
+    slicing: DecodeSlicing
+    formula: str = ""
+
+    @property
+    def working_set_bytes(self) -> int:
+        return self.state_bytes + self.transient_bytes
+
+
+def wan_decode_memory(
+    state_bytes: int,
+    unit_bytes: int,
+    block_frames: int,
+    slicing: DecodeSlicing,
+    options: VAEDecodeOptions | None,
+    cuda: bool,
+    pixel_bytes: int = 0,
+) -> DecodeMemory:
+    """The Wan 2.1 VAE's streamed decode memory for a (later) block of `block_frames` latent frames.
+
+    `unit_bytes` U is one latent frame's activation at the last stage: B · C_last · 4 frames · 8h · 8w · e
+    (C_last = dim · dim_mult[0]). The peak is in a full-resolution residual block of the last stage, where
+    live are: the previous state (S, unless released), the new state (≈ S), and, per latent frame of the
+    call, 5 U of activations on the reference path (input, normalised, SiLU, padded conv input, conv
+    output) or 4 U with the fused norm/SiLU buffer (`VAEDecodeOptions.fused`). Replacing cache entries
+    one at a time (sliced or released) holds an old entry (U/2: 2 frames) beside its replacement, two on
+    the reference path. A sliced call also holds the pixels of the block's earlier slices (`pixel_bytes`
+    per latent frame: 3 channels × 4 frames × 8h × 8w). On CUDA, convs on NCDHW activations (no `channels_last`) also make cuDNN's NDHWC
+    copies of the padded input and the output, (2f + 1/2) U: inferred from the H200's peaks (9.70 GiB
+    measured vs 7.82 counted at 3 frames), invisible to a count.
+    """
+    f = slicing.frames_per_call(block_frames)
+    fused = options is not None and options.fused
+    per_frame = 4 if fused else 5
+    previous = 0 if slicing.release_previous_state else state_bytes
+    replaced = (1 if fused else 2) * unit_bytes // 2 if (f < block_frames or slicing.release_previous_state) else 0
+    nchw = cuda and not (options is not None and options.channels_last)
+    layout = (4 * f + 1) * unit_bytes // 2 if nchw else 0
+    earlier = (block_frames - f) * pixel_bytes
+    transient = previous + per_frame * f * unit_bytes + replaced + layout + earlier
+    terms = [
+        "previous state S" if previous else "",
+        f"{per_frame}·{f}·U activations",
+        f"{1 if fused else 2}·U/2 replaced entries" if replaced else "",
+        f"{block_frames - f} earlier slices' pixels" if earlier else "",
+        f"(2·{f} + 1/2)·U cuDNN NDHWC copies" if layout else "",
+    ]
+    formula = (
+        f"state S {state_bytes / 2**30:.2f} GiB kept; a block adds " + " + ".join(t for t in terms if t)
+        + f" (U = {unit_bytes / 2**20:.0f} MiB)"
+    )  # fmt: skip
+    return DecodeMemory(state_bytes, transient, slicing, formula)
+
+
+def decoder_state_bytes(decoder: nn.Module, latent_h: int, latent_w: int, batch: int, elem_bytes: int) -> int:
+    """Bytes of the causal caches a Wan 2.1 decoder keeps between calls (exact).
+
+    Every temporal conv keeps its last `history_frames` input frames at its stage's resolution; the
+    stages double the resolution after each `Upsample`. 1.76 GiB in bf16 for the released VAE at 480×832.
+    """
+    from .layers import CausalConv3d, Upsample
+
+    scale, total = 1, 0
+    for layer in (decoder.conv1, *decoder.middle, *decoder.upsamples, decoder.head):
+        for m in layer.modules():
+            if isinstance(m, CausalConv3d) and m.history_frames:
+                total += m.in_channels * m.history_frames * (latent_h * scale) * (latent_w * scale)
+        if isinstance(layer, Upsample):
+            scale *= 2
+    return batch * total * elem_bytes
+
+
+@dataclass(frozen=True)
+class VAEMemory:
+    """What the planner needs to know of a decoder at one latent size: its weights, and per slicing its decode.
+
+    A Wan 2.1 VAE (`for_vae`, `estimated`) offers every `DECODE_SLICINGS`; any other decoder (`fixed`) one
+    fixed working set, kept for the whole run.
+    """
+
+    weights_bytes: int
+    state_bytes: int = 0
+    unit_bytes: int = 0
+    pixel_bytes: int = 0  # one latent frame's decoded pixels (3 × 4 frames × 8h × 8w × e)
+    options: VAEDecodeOptions | None = None
+    cuda: bool = False
+    fixed_bytes: int | None = None  # a decoder the formula does not describe: this much, all the time
+    default: DecodeSlicing = DecodeSlicing()
+
+    @property
+    def slicings(self) -> tuple[DecodeSlicing, ...]:
+        """What a planner may choose from, fastest first: the VAE's own slicing and the smaller ones after it
+        (never a faster one than the VAE was set to)."""
+        if self.fixed_bytes is not None or self.default not in DECODE_SLICINGS:
+            return (self.default,)
+        return DECODE_SLICINGS[DECODE_SLICINGS.index(self.default) :]
+
+    def decode(self, block_frames: int, slicing: DecodeSlicing | None = None) -> DecodeMemory:
+        slicing = self.default if slicing is None else slicing
+        if self.fixed_bytes is not None:
+            return DecodeMemory(self.fixed_bytes, 0, slicing, "the decoder's own estimate")
+        return wan_decode_memory(
+            self.state_bytes, self.unit_bytes, block_frames, slicing, self.options, self.cuda, self.pixel_bytes
+        )
+
+    @classmethod
+    def fixed(cls, total_bytes: int) -> VAEMemory:
+        """Weights and working set given as one number (counted as kept for the whole run)."""
+        return cls(0, fixed_bytes=total_bytes)
+
+    @classmethod
+    def for_vae(cls, vae, latent_h: int, latent_w: int, batch: int = 1, cuda: bool | None = None) -> VAEMemory:
+        """A Wan 2.1 `WanVAE` at hand: its weights, its state at this size, its decode options and slicing."""
+        p = next(vae.parameters())
+        elem = p.element_size()
+        cfg = vae.config
+        last = cfg.dim * cfg.dim_mult[0]
+        per_channel = batch * cfg.temporal_compression * cfg.spatial_compression**2 * latent_h * latent_w * elem
+        return cls(
+            weights_bytes=sum(q.numel() * q.element_size() for q in vae.parameters()),
+            state_bytes=decoder_state_bytes(vae.decoder, latent_h, latent_w, batch, elem),
+            unit_bytes=last * per_channel,
+            pixel_bytes=3 * per_channel,
+            options=None if vae.decode_options is None or vae.decode_options.is_reference else vae.decode_options,
+            cuda=p.device.type == "cuda" if cuda is None else cuda,
+            default=getattr(vae, "stream_slicing", DecodeSlicing()),
+        )
+
+    @classmethod
+    def estimated(
+        cls,
+        latent_h: int,
+        latent_w: int,
+        batch: int,
+        elem_bytes: int,
+        dim: int = 96,
+        options: VAEDecodeOptions | None = None,
+        cuda: bool = True,
+    ) -> VAEMemory:
+        """The Wan 2.1 VAE (16 latent channels) of base width `dim` when none is loaded (built on the meta
+        device: nothing is allocated).
+
+        Default options: `VAEDecodeOptions.fast()` on CUDA (what the loader sets there), else the reference.
+        """
+        opts = options if options is not None else (VAEDecodeOptions.fast() if cuda else None)
+        return _estimated(latent_h, latent_w, batch, elem_bytes, dim, opts, cuda)
+
+
+@functools.lru_cache(maxsize=64)
+def _estimated(latent_h, latent_w, batch, elem_bytes, dim, options, cuda) -> VAEMemory:
+    """One meta-device build per setting (planners ask many times in a loop); VAEMemory is frozen."""
+    from .config import WanVAEConfig
+    from .wan_vae import WanVAE
+
+    dtype = {1: torch.float8_e4m3fn, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[elem_bytes]
+    with torch.device("meta"):
+        vae = WanVAE(WanVAEConfig(dim=dim)).to(dtype)
+    vae.decode_options = options
+    return VAEMemory.for_vae(vae, latent_h, latent_w, batch, cuda=cuda)
