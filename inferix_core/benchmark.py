@@ -95,10 +95,13 @@ class BenchConfig:
     compile: bool = False  # torch.compile each transformer block (models.wan.compile_blocks); warm-up absorbs it
     compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
     decoder: str = "wan"  # with vae_decode: "wan" (the Wan VAE architecture) or "taehv" (the tiny preview decoder)
-    vae_fast: bool = False  # Wan VAE decode with VAEDecodeOptions.fast() (channels-last, cuDNN autotune, fused cache…)
+    # Wan VAE decode options: None = what load_world_model gives on this device (CUDA: VAEDecodeOptions.fast(),
+    # compiled with `compile`; CPU: the reference path), True = fast() uncompiled, False = the reference path
+    vae_fast: bool | None = None
     fp8_weights: bool = False  # block linears stored in e4m3, dequantized per call (models.fp8.FP8WeightLinear)
     resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
     gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
+    cuda_graphs: bool = False  # capture whole transformer calls as CUDA graphs (models.wan.cuda_graphs)
 
     @classmethod
     def for_preset(cls, preset: str, **overrides) -> BenchConfig:
@@ -162,10 +165,7 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model, weight_only=True)
-    sampling = SamplingConfig(
-        **{"denoising_steps": cfg.steps, "block_frames": cfg.block_frames, **preset.get("sampling", {})}
-    )
-    cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
+    sampling, cache = bench_sampling(cfg), KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     resident = planned_resident_blocks(cfg, cache) if cfg.resident_blocks is None else cfg.resident_blocks
     if resident is not None and resident < preset["config"].num_layers:
         from .models.block_swap import enable_block_swap
@@ -177,9 +177,31 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.wan.causal_transformer import compile_blocks
 
         compile_blocks(model, mode=cfg.compile_mode)
+    if cfg.cuda_graphs:  # after compile: the graphs record the compiled blocks' kernels
+        from .models.wan.cuda_graphs import enable_cuda_graphs
+
+        enable_cuda_graphs(model)
     mc = preset["config"]
     context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)
     return BlockDiffusionPipeline(model, sampling, cache), context
+
+
+def bench_sampling(cfg: BenchConfig) -> SamplingConfig:
+    """The protocol's sampling: the preset's own, else Self-Forcing's (the loader's default family) with cfg's steps."""
+    preset = PRESETS[cfg.preset]
+    return SamplingConfig(
+        **{"denoising_steps": cfg.steps, "block_frames": cfg.block_frames, **preset.get("sampling", {})}
+    )
+
+
+def bench_vae_decode_options(cfg: BenchConfig):
+    """What the benchmark's Wan VAE decodes with: by default exactly what `load_world_model` gives users."""
+    from .models.registry import loader_vae_decode_options
+    from .vae.config import VAEDecodeOptions
+
+    if cfg.vae_fast is None:
+        return loader_vae_decode_options(cfg.device, compile=cfg.compile)
+    return VAEDecodeOptions.fast() if cfg.vae_fast else None
 
 
 def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None):
@@ -238,16 +260,10 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
                 vae = TAEHV(TAEHVConfig(**latent) if full else small).to(dtype).eval()
             elif cfg.decoder == "wan" and wan22:
                 vae = Wan22VAE(Wan22VAEConfig() if full else Wan22VAEConfig(dim=2, dec_dim=4)).to(dtype).eval()
-                if cfg.vae_fast:
-                    from .vae.config import VAEDecodeOptions
-
-                    vae.decode_options = VAEDecodeOptions.fast()
+                vae.decode_options = bench_vae_decode_options(cfg)
             elif cfg.decoder == "wan":
                 vae = WanVAE(WanVAEConfig(dim=96 if full else 4)).to(dtype).eval()
-                if cfg.vae_fast:
-                    from .vae.config import VAEDecodeOptions
-
-                    vae.decode_options = VAEDecodeOptions.fast()
+                vae.decode_options = bench_vae_decode_options(cfg)
             else:
                 raise ValueError(f"unknown decoder '{cfg.decoder}'; expected 'wan' or 'taehv'")
 
@@ -297,6 +313,8 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
                 }
             )
     pixel_frames = 1 + 4 * (cfg.latent_frames - 1)
+    runner = getattr(pipe.model, "cuda_graphs", None)  # None: off, or refused (the log says why)
+    graphs = None if runner is None else {**asdict(runner.stats), "graphs": runner.num_graphs}
     total_med = statistics.median(r["total_s"] for r in runs)
     per_block = [statistics.median(r["block_s"][i] for r in runs) for i in range(num_blocks)]
     return {
@@ -316,8 +334,20 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "peak_gib": max(r["peak_bytes"] for r in runs) / 2**30 if cuda else None,
         "planned_gib": planned / 2**30,
         "resident_blocks": resident,
+        "cuda_graphs": graphs,
+        "vae_options": repr(getattr(vae, "decode_options", None)) if vae is not None else None,
         "runs": runs,
     }
+
+
+def _graphs_row(result: dict) -> str:
+    g = result.get("cuda_graphs")
+    if g is None:
+        return "on, refused (see the log)" if result["config"].get("cuda_graphs") else "off"
+    text = f"{g['graphs']} graphs, {g['replays']} replays, {g['captures']} captures, {g['eager_calls']} eager calls"
+    if g["failed_captures"] or g["fallbacks"]:
+        text += f", {g['failed_captures']} failed captures, fallbacks {g['fallbacks']}"
+    return text
 
 
 def format_table(result: dict) -> str:
@@ -331,11 +361,12 @@ def format_table(result: dict) -> str:
             f"{' + fp8 weight storage' if c.get('fp8_weights') else ''} / {c['attention']}",
         ),
         ("compiled blocks", c.get("compile", False)),
+        ("CUDA graphs", _graphs_row(result)),
         ("steps / KV recompute", f"{c.get('steps')} / {c.get('kv_recompute_frames') or 'off'}"),
         ("frames (pixel)", result["pixel_frames"]),
         (
             "vae stream decode",
-            f"{c['vae_decode']} ({c.get('decoder', 'wan')}, fast: {c.get('vae_fast', False)}, "
+            f"{c['vae_decode']} ({c.get('decoder', 'wan')}, options: {result.get('vae_options', c.get('vae_fast'))}, "
             f"overlapped: {c['overlap_decode']})",
         ),
         ("median total (s)", f"{result['median_total_s']:.3f}"),

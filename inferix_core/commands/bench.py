@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sink", type=int, default=0, help="sink frames")
     p.add_argument("--attention", default="sdpa", help="sdpa, sdpa_cudnn (cuDNN kernel first) or flash_attn")
     p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="capture each transformer call shape (all blocks of one step) as a CUDA graph and replay it",
+    )
     p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
     p.add_argument(
         "--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises"
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,
-        fp8_weights=args.fp8_weights,
+        fp8_weights=args.fp8_weights, cuda_graphs=args.cuda_graphs,
     )  # fmt: skip
     result = run_engine_benchmark(cfg)
     print(format_table(result))

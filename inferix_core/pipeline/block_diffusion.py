@@ -260,7 +260,10 @@ class BlockDiffusionPipeline:
             max_frames=max_frames,
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
-        cache = create_kv_cache(self.cache_config, spec)
+        graphs = getattr(self.model, "cuda_graphs", None)  # models/wan/cuda_graphs.py: keeps one cache across runs
+        cache = (
+            graphs.kv_cache(self.cache_config, spec) if graphs is not None else create_kv_cache(self.cache_config, spec)
+        )
         extend = getattr(self.model, "extend_kv_cache", None)  # models with caches of their own (action modules)
         if extend is not None:
             cache = extend(cache, self.cache_config, spec)
@@ -435,7 +438,8 @@ class BlockDiffusionPipeline:
             action = to_device_async(action, self.device)
         elif action is not None:  # per-block inputs of image-started models (MatrixGameBlockInput, from image_world)
             action = action.to(self.device)
-        flow = self.model(
+        graphs = getattr(self.model, "cuda_graphs", None)  # captured whole calls (enable_cuda_graphs), else eager
+        flow = (graphs or self.model)(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
         )
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)

@@ -194,6 +194,23 @@ class CausalWanTransformer(nn.Module):
         return ActionKVCache.build(cache, cache_config, spec, self.config.action_config)
 
     # -- forward -------------------------------------------------------------------------------------
+    def chunk_freqs(
+        self,
+        grid: tuple[int, int, int],
+        start_frame: int = 0,
+        frame_positions: torch.Tensor | None = None,
+        device: torch.device | str = "cpu",
+    ) -> torch.Tensor:
+        """RoPE table of a chunk whose patch grid is (f, h, w), at frames start_frame.. (or frame_positions)."""
+        if frame_positions is None:
+            frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
+        return self.rope.freqs(frame_positions, grid[1], grid[2], torch.device(device))
+
+    def patch_grid(self, latent_shape: tuple[int, ...]) -> tuple[int, int, int]:
+        """(f, h, w) patch grid of latents (B, C, F, H, W)."""
+        pt, ph, pw = self.config.patch_size
+        return latent_shape[2] // pt, latent_shape[3] // ph, latent_shape[4] // pw
+
     def forward(
         self,
         x: torch.Tensor,
@@ -204,6 +221,7 @@ class CausalWanTransformer(nn.Module):
         action: torch.Tensor | None = None,
         frame_positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
+        rope_freqs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Flow prediction for a chunk.
 
@@ -217,6 +235,8 @@ class CausalWanTransformer(nn.Module):
                 MatrixGameBlockInput (cond_concat slice + action rows) whose cond_concat is concatenated to x.
             frame_positions: (F,) explicit temporal positions (teacher forcing); default start_frame + arange(F).
             attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None.
+            rope_freqs: this chunk's RoPE table (`chunk_freqs`) computed by the caller; a CUDA graph passes a
+                static copy so that the replayed call builds nothing on the host (models/wan/cuda_graphs.py).
         Returns:
             (B, C_out, F, H, W) flow (noise − x0).
         """
@@ -247,9 +267,7 @@ class CausalWanTransformer(nn.Module):
             e = e + self.action_embedding(action.reshape(b * num_frames, -1).type_as(x))
         e0 = self.time_projection(e).unflatten(1, (6, cfg.dim)).unflatten(0, timestep.shape)  # (B, F, 6, dim)
         # 3. RoPE rotations for this chunk's absolute positions
-        if frame_positions is None:
-            frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
-        freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
+        freqs = rope_freqs if rope_freqs is not None else self.chunk_freqs(grid, start_frame, frame_positions, x.device)
         sp = self.sequence_parallel
         if sp is not None:  # keep this rank's tokens of every frame; the cache then stores H/N heads
             if game is not None:
@@ -288,6 +306,7 @@ def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> Caus
     """
     for block in model.blocks:
         block.compile(mode=mode, dynamic=False)
+    model.compile_mode = mode or "default"  # read by the CUDA-graph runner (its own graphs clash with cudagraph modes)
     return model
 
 
