@@ -205,7 +205,7 @@ def run_ours(variant: str, warmup: int, repeats: int, **extra) -> dict:
         "median_total_s": result["median_total_s"], "fps": result["fps"], "peak_gib": result["peak_gib"],
         "first_frame_s": result["median_first_block_s"], "runs_s": [r["total_s"] for r in result["runs"]],
         "median_block_s": result["median_block_s"], "cuda_graphs": result.get("cuda_graphs"),
-        "vae_options": result.get("vae_options"),
+        "vae_options": result.get("vae_options"), "attention": result.get("attention_effective"),
     }  # fmt: skip
 
 
@@ -241,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
                     run_reference(args.reference_dir, device, True, args.warmup, args.repeats),
                 )
             )
+
+    def save() -> None:  # after every row, so that a run stopped by a time limit keeps what it measured
+        if args.json:
+            payload = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [
+                {"run": who, "what": kind, **r} for who, kind, r in rows]}  # fmt: skip
+            args.json.write_text(json.dumps(payload, indent=2))
+
+    save()
     for variant in args.variants.split(","):
         for wanted, kind, extra in ((diffusion, "diffusion", {}), (e2e, "end to end (Wan VAE)", {"vae_decode": True})):
             decoder_only = any(part in ("vaefast", "vaeref", "taehv") for part in variant.split("+"))
@@ -248,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 rows.append((f"ours {variant}", kind, run_ours(variant, args.warmup, args.repeats, **extra)))
+                r = rows[-1][2]
+                print(f"ours {variant} {kind}: {r['median_total_s']:.3f} s, first frame {r['first_frame_s']:.3f} s, "
+                      f"peak {r['peak_gib']:.2f} GiB, graphs {r.get('cuda_graphs')}", flush=True)  # fmt: skip
+                save()
             except Exception as exc:  # one failing lever must not lose the other rows; it is reported
                 print(f"ours {variant} {kind} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
     ref = {kind: r for who, kind, r in rows if who == "reference"}
@@ -262,9 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("cuda_graphs") is not None:
             print(f"{who} {kind}: CUDA graphs {r['cuda_graphs']}")
     if args.json:
-        payload = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [
-            {"run": who, "what": kind, **r} for who, kind, r in rows]}  # fmt: skip
-        args.json.write_text(json.dumps(payload, indent=2))
+        save()
         print(f"wrote {args.json}")
     return 0
 

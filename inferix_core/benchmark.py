@@ -335,9 +335,17 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "planned_gib": planned / 2**30,
         "resident_blocks": resident,
         "cuda_graphs": graphs,
+        "attention_effective": _effective_attention(cfg.attention),
         "vae_options": repr(getattr(vae, "decode_options", None)) if vae is not None else None,
         "runs": runs,
     }
+
+
+def _effective_attention(name: str) -> str:
+    """The backend that ran: an unavailable one falls back to sdpa (flash_attn_4: and per shape, by its table)."""
+    from .attention import get_attention_backend
+
+    return get_attention_backend(name).name
 
 
 def _graphs_row(result: dict) -> str:

@@ -33,7 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="capture each transformer call shape (all blocks of one step) as a CUDA graph and replay it",
     )
-    p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
+    p.add_argument(
+        "--vae-decode",
+        action="store_true",
+        help="stream-decode every block with the Wan VAE, with the decode options load_world_model gives on this "
+        "device (CUDA: VAEDecodeOptions.fast(), compiled with --compile)",
+    )
+    p.add_argument("--vae-reference", action="store_true", help="with --vae-decode: the reference decode path instead")
     p.add_argument(
         "--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises"
     )
@@ -61,21 +67,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..benchmark import PRESETS, BenchConfig, format_table, run_engine_benchmark
+def bench_config(args: argparse.Namespace):
+    """The BenchConfig these flags ask for (flags left out keep BenchConfig's defaults, the loader's on CUDA)."""
+    from ..benchmark import PRESETS, BenchConfig
     from ..errors import ConfigError
 
     if args.preset not in PRESETS:
         raise ConfigError(f"unknown preset '{args.preset}'; expected one of {', '.join(PRESETS)}")
-
-    cfg = BenchConfig.for_preset(
+    return BenchConfig.for_preset(
         args.preset, latent_frames=args.latent_frames, block_frames=args.block_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,
-        fp8_weights=args.fp8_weights, cuda_graphs=args.cuda_graphs,
+        fp8_weights=args.fp8_weights, cuda_graphs=args.cuda_graphs, vae_fast=False if args.vae_reference else None,
     )  # fmt: skip
-    result = run_engine_benchmark(cfg)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..benchmark import format_table, run_engine_benchmark
+
+    result = run_engine_benchmark(bench_config(args))
     print(format_table(result))
     if args.json:
         from ..sinks.paths import write_text_output

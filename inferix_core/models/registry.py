@@ -455,7 +455,7 @@ def _maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
         log.info("compiling the %d transformer blocks on first use (torch.compile)", len(model.transformer.blocks))
         compile_blocks(model.transformer)
         if getattr(model.vae, "decode_options", None) is not None:  # the Wan VAE on CUDA: compile its fused step too
-            model.vae.decode_options = loader_vae_decode_options(next(model.vae.parameters()).device, compile=True)
+            model.vae.decode_options = loader_vae_decode_options(model.device, compile=True)
     return model
 
 
