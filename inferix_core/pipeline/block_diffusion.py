@@ -260,7 +260,7 @@ class BlockDiffusionPipeline:
             max_frames=max_frames,
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
-        graphs = getattr(self.model, "cuda_graphs", None)  # models/wan/cuda_graphs.py: keeps one cache across runs
+        graphs = _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
         cache = (
             graphs.kv_cache(self.cache_config, spec) if graphs is not None else create_kv_cache(self.cache_config, spec)
         )
@@ -438,7 +438,7 @@ class BlockDiffusionPipeline:
             action = to_device_async(action, self.device)
         elif action is not None:  # per-block inputs of image-started models (MatrixGameBlockInput, from image_world)
             action = action.to(self.device)
-        graphs = getattr(self.model, "cuda_graphs", None)  # captured whole calls (enable_cuda_graphs), else eager
+        graphs = _graph_runner(self.model)  # captured whole calls (enable_cuda_graphs), else eager
         flow = (graphs or self.model)(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
         )
@@ -464,6 +464,24 @@ class BlockDiffusionPipeline:
 
 
 _NOTED: set[str] = set()
+
+
+def _graph_runner(model):
+    """The model's CUDA-graph runner (models/wan/cuda_graphs.py), if it has one that runs this very model.
+
+    A copied module (copy.deepcopy) carries its original's runner, which would replay the original's
+    weights: such a runner is ignored, with a log line, and the copy runs eagerly.
+    """
+    runner = getattr(model, "cuda_graphs", None)
+    if runner is None:
+        return None
+    owner = getattr(runner, "_model", None)
+    if owner is not None and owner() is not model:
+        if "graphs_owner" not in _NOTED:
+            _NOTED.add("graphs_owner")
+            log.warning("this model's cuda_graphs runner belongs to another module (a copy?); running eagerly")
+        return None
+    return runner
 
 
 def _note_kv_recompute_first_frame() -> None:

@@ -202,3 +202,32 @@ def test_ring_graph_key_is_stable_in_steady_state_and_covers_shapes():
     assert cache._w.tolist() != [] and keys[3][3] == keys[6][3]  # the write index keeps its storage
     cache.begin(14, 1)  # a 1-frame call (e.g. an independent first frame) is another shape
     assert cache.graph_key() != keys[6]
+
+
+def test_a_copied_model_does_not_replay_its_originals_graphs():
+    """deepcopy carries the runner along; the copy (other weights) must run eagerly, not the original's graphs."""
+    import copy
+
+    model, sampling, cache = _tiny()
+    runner = enable_cuda_graphs(model, RecordingBackend())
+    _run(model, sampling, cache, blocks=2)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(1.01)
+    twin.cuda_graphs = runner  # as deepcopy would leave it if the runner were shared
+    before = runner.stats.replays + runner.stats.captures
+    out = _run(twin, sampling, cache, blocks=2)
+    assert runner.stats.replays + runner.stats.captures == before
+    twin.cuda_graphs = None
+    torch.testing.assert_close(out, _run(twin, sampling, cache, blocks=2), atol=0, rtol=0)
+
+
+def test_a_lora_merge_gives_the_new_transformer_its_own_runner():
+    from inferix_core.models.lora import merge_loras_into_transformer
+
+    model, _, _ = _tiny()
+    enable_cuda_graphs(model, RecordingBackend())
+    merged = merge_loras_into_transformer(model, [])
+    assert merged is not model and merged.cuda_graphs is not None and merged.cuda_graphs.model is merged
+    assert isinstance(merged.cuda_graphs.backend, RecordingBackend)

@@ -203,12 +203,14 @@ class CudaGraphRunner:
         self._held_for = (config, spec)
         return self._held_cache
 
+    def held_cache_bytes(self) -> int:
+        """Device bytes of the KV cache held for the next run (it reuses them: a memory plan may count them free)."""
+        cache = self._held_cache
+        return 0 if cache is None else int(cache.stats().get("resident_bytes", 0))
+
     def held_bytes(self) -> int:
         """Device bytes kept between runs: the held KV cache, static buffers and the graphs' pool."""
-        total = self.backend.pool_bytes()
-        cache = self._held_cache
-        if cache is not None:
-            total += int(cache.stats().get("resident_bytes", 0))
+        total = self.backend.pool_bytes() + self.held_cache_bytes()
         tensors = [t for s in self._inputs.values() for t in (s.x, s.timestep, s.freqs)]
         if self._text_static is not None:
             tensors += [*self._text_static.keys, *self._text_static.values]
