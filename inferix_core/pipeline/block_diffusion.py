@@ -261,17 +261,21 @@ class BlockDiffusionPipeline:
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
         graphs = _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
-        cache = (
+        base = (
             graphs.kv_cache(self.cache_config, spec) if graphs is not None else create_kv_cache(self.cache_config, spec)
         )
+        cache = base
         extend = getattr(self.model, "extend_kv_cache", None)  # models with caches of their own (action modules)
         if extend is not None:
             cache = extend(cache, self.cache_config, spec)
         self.kv_cache = cache
         text = self.model.prepare_context(to_device_async(context, self.device))
-        return StreamState(
+        state = StreamState(
             cache, text, noise if noise is not None else SeededNoise(seed), latent_height, latent_width, batch_size
         )
+        if graphs is not None:
+            graphs.lease(base, state)  # the cache is this stream's until the state is gone
+        return state
 
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""

@@ -133,11 +133,18 @@ def test_a_cache_still_held_elsewhere_is_not_reused():
     model, _, cache = _tiny()
     runner = enable_cuda_graphs(model, RecordingBackend())
     spec = KVCacheSpec(num_layers=2, num_heads=2, head_dim=16, frame_tokens=6, block_frames=2, max_frames=6)
-    first = runner.kv_cache(cache, spec)  # a stream that is still running holds its cache
-    assert runner.kv_cache(cache, spec) is not first
-    del first
-    held = weakref.ref(runner._held_cache)
-    assert runner.kv_cache(cache, spec) is held()  # nobody else holds it now
+    first = runner.kv_cache(cache, spec)
+    state = type("State", (), {})()  # a stream that is still running: its state leases the cache
+    runner.lease(first, state)
+    second = runner.kv_cache(cache, spec)
+    assert second is not first
+    runner.lease(second, type("State", (), {})())  # a stream whose state is gone at once: no lease left
+    assert runner.kv_cache(cache, spec) is second
+    runner.lease(second, state)
+    del state, first
+    assert runner.kv_cache(cache, spec) is second  # the stream ended
+    held = weakref.ref(second)
+    del second
     other = KVCacheSpec(num_layers=2, num_heads=2, head_dim=16, frame_tokens=6, block_frames=2, max_frames=8)
     assert runner.kv_cache(cache, other) is not held()  # another geometry: a new cache
 

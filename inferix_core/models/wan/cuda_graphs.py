@@ -22,7 +22,8 @@ replay it. A replay's output is cloned out of the graph's pool before it is retu
 memory pool; they are replayed one at a time in stream order, never concurrently.
 
 Graphs survive across runs only if the KV cache keeps its storage: `kv_cache()` hands the pipeline the
-cache it held last, reset, when nothing else holds it and the config and geometry match. With
+cache it held last, reset, when the config and geometry match and the stream that leased it is over (its
+`StreamState` is gone; a stream still running gets a fresh cache). With
 `cuda_graphs` on, that cache and the graphs' pool therefore stay allocated between runs
 (`held_bytes()`, `release()`).
 
@@ -35,7 +36,6 @@ compiled with a cudagraph mode, or a capture that failed (the exception is logge
 from __future__ import annotations
 
 import logging
-import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -179,6 +179,8 @@ class CudaGraphRunner:
         self._cache_buffers: tuple | None = None  # storage the current graphs were captured against
         self._held_cache = None  # the KV cache kv_cache() reuses across runs
         self._held_for: tuple[KVCacheConfig, KVCacheSpec] | None = None
+        self._leased = False  # a live stream (its StreamState) uses the held cache
+        self._lease_id = 0
         self._logged: set[str] = set()
 
     @property
@@ -190,11 +192,10 @@ class CudaGraphRunner:
 
     # -- the KV cache, kept across runs so that its storage (and the graphs on it) stay valid ---------
     def kv_cache(self, config: KVCacheConfig, spec: KVCacheSpec):
-        """The cache for a new stream: the one held from the last run (reset) when it is free and fits."""
+        """The cache for a new stream: the one held from the last run (reset) when no stream leases it and it fits."""
         held = self._held_cache
         if held is not None and self._held_for == (config, spec):
-            # references: self._held_cache, `held`, getrefcount's argument; more = a stream still uses it
-            if sys.getrefcount(held) <= 3:
+            if not self._leased:
                 held.reset()
                 return held
             self._note("kv", "another stream still holds the KV cache the CUDA graphs use; this one gets its own")
@@ -202,6 +203,18 @@ class CudaGraphRunner:
         self._held_cache = create_kv_cache(config, spec)
         self._held_for = (config, spec)
         return self._held_cache
+
+    def lease(self, cache, owner: object) -> None:
+        """`cache` (from kv_cache) belongs to the stream whose state is `owner` until `owner` is garbage."""
+        if cache is not self._held_cache:
+            return
+        self._lease_id += 1
+        self._leased = True
+        weakref.finalize(owner, self._end_lease, self._lease_id)
+
+    def _end_lease(self, lease_id: int) -> None:
+        if lease_id == self._lease_id:  # an older lease ending says nothing about the current one
+            self._leased = False
 
     def held_cache_bytes(self) -> int:
         """Device bytes of the KV cache held for the next run (it reuses them: a memory plan may count them free)."""
@@ -224,6 +237,8 @@ class CudaGraphRunner:
         self._text_static, self._text_source = None, None
         self._cache_buffers = None
         self._held_cache, self._held_for = None, None
+        self._leased = False
+        self._lease_id += 1  # leases of the dropped cache end without touching the next one's
         release = getattr(self.backend, "release", None)
         if release is not None:
             release()
