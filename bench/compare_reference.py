@@ -42,6 +42,9 @@ from pathlib import Path
 
 import torch
 
+from inferix_core.benchmark import VARIANT_PARTS, variant_options
+from inferix_core.errors import ConfigError
+
 WAN_13B = dict(
     model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=1536, ffn_dim=8960, freq_dim=256,
     text_dim=4096, out_dim=16, num_heads=12, num_layers=30, qk_norm=True, cross_attn_norm=True, eps=1e-6,
@@ -174,30 +177,16 @@ def run_reference(ref: Path, device: torch.device, decode: bool, warmup: int, re
 
 
 # -- ours -------------------------------------------------------------------------------------------
-VARIANTS = {
-    "eager": dict(),
-    "cudnn": dict(attention="sdpa_cudnn"),
-    "compile": dict(compile=True),
-    "graphs": dict(cuda_graphs=True),  # whole transformer calls captured as CUDA graphs (models/wan/cuda_graphs.py)
-    "reduceoverhead": dict(compile=True, compile_mode="reduce-overhead"),  # torch's per-region graphs (fails: docs)
-    "fa4": dict(attention="flash_attn_4"),  # FlashAttention-4 where the measured table says it is faster
-    "fp8": dict(fp8=True),
-    # end to end, the Wan VAE's options: by default what load_world_model gives on CUDA (fast(), compiled with
-    # compile); "vaefast" = fast() uncompiled, "vaeref" = the reference decode path (the numbers before issue #19)
-    "vaefast": dict(vae_fast=True),
-    "vaeref": dict(vae_fast=False),
-    "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
-}
+VARIANTS = VARIANT_PARTS  # inferix_core/benchmark.py: one table for this script and `inferix bench --variants`
 
 
 def run_ours(variant: str, warmup: int, repeats: int, **extra) -> dict:
     from inferix_core.benchmark import BenchConfig, run_engine_benchmark
 
-    opts: dict = {}
-    for part in variant.split("+"):  # "compile+cudnn" = both
-        if part not in VARIANTS:
-            raise SystemExit(f"unknown variant part '{part}'; expected {', '.join(VARIANTS)}")
-        opts.update(VARIANTS[part])
+    try:
+        opts = variant_options(variant)  # "compile+cudnn" = both
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from exc
     result = run_engine_benchmark(BenchConfig(warmup=warmup, repeats=repeats, **opts, **extra))
     gc.collect()
     torch.cuda.empty_cache()

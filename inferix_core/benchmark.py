@@ -111,6 +111,49 @@ class BenchConfig:
         return cls(preset=preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
+# Levers by name, for `inferix bench --variants` and bench/compare_reference.py: "compile+graphs" sets both parts.
+VARIANT_PARTS: dict[str, dict] = {
+    "eager": {},
+    "cudnn": dict(attention="sdpa_cudnn"),
+    "compile": dict(compile=True),
+    "graphs": dict(cuda_graphs=True),  # whole transformer calls as CUDA graphs (models/wan/cuda_graphs.py)
+    "reduceoverhead": dict(compile=True, compile_mode="reduce-overhead"),  # torch's per-region graphs (fails: docs)
+    "fa4": dict(attention="flash_attn_4"),  # FlashAttention-4 where its measured table says it is faster
+    "fp8": dict(fp8=True),
+    # end to end, the Wan VAE: by default what load_world_model gives on CUDA (fast(), compiled with compile);
+    # "vaefast" = fast() uncompiled, "vaeref" = the reference decode path (the numbers before issue #19)
+    "vaefast": dict(vae_fast=True),
+    "vaeref": dict(vae_fast=False),
+    "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
+}
+
+
+def variant_options(variant: str) -> dict:
+    """BenchConfig overrides of a "+"-joined variant name, e.g. "compile+graphs"."""
+    from .errors import ConfigError
+
+    opts: dict = {}
+    for part in variant.split("+"):
+        if part not in VARIANT_PARTS:
+            raise ConfigError(f"unknown variant part '{part}'; expected {', '.join(VARIANT_PARTS)} (joined with +)")
+        opts.update(VARIANT_PARTS[part])
+    return opts
+
+
+def format_variants(results: list[tuple[str, dict]]) -> str:
+    """One line per variant: total, FPS, first block, peak memory, and whether CUDA graphs ran."""
+    lines = [f"{'variant':<24} {'total s':>8} {'FPS':>6} {'first block s':>13} {'peak GiB':>8}  CUDA graphs"]
+    base = results[0][1]["median_total_s"] if results else None
+    for name, r in results:
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
+        speed = f" ({base / r['median_total_s']:.2f}x of {results[0][0]})" if base else ""
+        lines.append(
+            f"{name:<24} {r['median_total_s']:8.3f} {r['fps']:6.1f} {r['median_first_block_s']:13.3f} {peak:>8}  "
+            f"{_graphs_row(r)}{speed}"
+        )
+    return "\n".join(lines)
+
+
 class _BlockTimer(PipelineHooks):
     """Records an event (or a host time) at each block boundary; resolved after the run."""
 

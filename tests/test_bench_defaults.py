@@ -78,3 +78,25 @@ def test_bench_cuda_graphs_flag_on_cpu_is_refused_and_reported(tmp_path, capsys)
     assert result["config"]["cuda_graphs"] is True and result["cuda_graphs"] is None
     assert result["attention_effective"] == "sdpa"
     assert "on, refused" in capsys.readouterr().out
+
+
+def test_bench_variants_run_each_lever_and_name_unknown_parts(tmp_path, capsys):
+    import json
+
+    import pytest
+
+    from inferix_core.benchmark import variant_options
+    from inferix_core.cli import main
+    from inferix_core.errors import ConfigError
+
+    assert variant_options("compile+graphs") == {"compile": True, "cuda_graphs": True}
+    with pytest.raises(ConfigError, match="unknown variant part 'graph'"):
+        variant_options("compile+graph")
+    out = tmp_path / "variants.json"
+    args = ["bench", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--latent-frames", "6"]
+    assert main([*args, "--warmup", "0", "--repeats", "1", "--variants", "eager,graphs", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["variants"]
+    assert [r["variant"] for r in rows] == ["eager", "graphs"]
+    assert rows[0]["config"]["cuda_graphs"] is False and rows[1]["config"]["cuda_graphs"] is True
+    text = capsys.readouterr().out
+    assert "graphs" in text and "on, refused" in text and "x of eager" in text

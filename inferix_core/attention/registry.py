@@ -69,10 +69,19 @@ BELOW_CROSSOVER = "fewer keys than the measured crossover"  # the table's choice
 
 
 def _fa4_importable() -> bool:
-    try:  # flash-attn-4 ships `flash_attn.cute` (a namespace `flash_attn` without flash-attn 2's __init__)
-        return importlib.util.find_spec("flash_attn.cute.interface") is not None
-    except (ImportError, ValueError):  # a broken flash_attn install: not available
+    """Whether `flash_attn.cute.interface.flash_attn_func` imports (flash-attn-4 ships `flash_attn.cute`).
+
+    Imported here, once, rather than only looked up: its dependencies (nvidia-cutlass-dsl, quack-kernels, …)
+    fail at import time when missing, and a failure inside a model call would stop the run.
+    """
+    try:
+        if importlib.util.find_spec("flash_attn") is None:
+            return False
+        from flash_attn.cute.interface import flash_attn_func  # noqa: F401
+    except Exception as exc:  # a missing or broken install (ImportError, a CUDA/DSL error): not available
+        log.info("flash_attn.cute does not import (%s: %s)", type(exc).__name__, str(exc)[:200])
         return False
+    return True
 
 
 def _fa4_available() -> bool:

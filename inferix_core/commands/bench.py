@@ -62,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="GB",
         help="emulate a card of this many GiB (per-process memory cap); block swap is planned to fit it",
     )
+    p.add_argument(
+        "--variants",
+        help="comma list of levers to run one after another on top of the other flags, parts joined with + "
+        "(e.g. eager,graphs,compile,compile+graphs; parts: eager, cudnn, compile, graphs, fa4, fp8, vaefast, "
+        "vaeref, taehv, reduceoverhead); prints one line per variant",
+    )
     p.add_argument("--json", type=Path, help="write the full result here (a taken name gets the next number)")
     p.add_argument("--force", action="store_true", help="let --json replace an existing file")
     p.set_defaults(func=run)
@@ -84,10 +90,22 @@ def bench_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..benchmark import format_table, run_engine_benchmark
+    import dataclasses
 
-    result = run_engine_benchmark(bench_config(args))
-    print(format_table(result))
+    from ..benchmark import format_table, format_variants, run_engine_benchmark, variant_options
+
+    if args.variants:
+        base = bench_config(args)
+        options = [(name, variant_options(name)) for name in args.variants.split(",")]  # all checked first
+        results = []
+        for name, opts in options:
+            results.append((name, run_engine_benchmark(dataclasses.replace(base, **opts))))
+            print(f"{name}: {results[-1][1]['median_total_s']:.3f} s", flush=True)
+        print(format_variants(results))
+        result = {"variants": [{"variant": name, **r} for name, r in results]}
+    else:
+        result = run_engine_benchmark(bench_config(args))
+        print(format_table(result))
     if args.json:
         from ..sinks.paths import write_text_output
 
