@@ -273,9 +273,19 @@ class BlockDiffusionPipeline:
         state = StreamState(
             cache, text, noise if noise is not None else SeededNoise(seed), latent_height, latent_width, batch_size
         )
-        if graphs is not None:
-            graphs.lease(base, state)  # the cache is this stream's until the state is gone
+        self.lease_cache(state, base)
         return state
+
+    def lease_cache(self, state: StreamState, cache=None) -> None:
+        """Mark `state`'s KV cache as in use while `state` lives (a CUDA-graph runner reuses it only after).
+
+        `start_stream` does this; whoever builds another StreamState around the same cache (a world-state
+        restore) calls it again for the new state.
+        """
+        graphs = _graph_runner(self.model)
+        if graphs is not None:
+            base = cache if cache is not None else getattr(state.cache, "main", state.cache)  # ActionKVCache.main
+            graphs.lease(base, state)
 
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""

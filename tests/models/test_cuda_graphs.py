@@ -238,3 +238,24 @@ def test_a_lora_merge_gives_the_new_transformer_its_own_runner():
     merged = merge_loras_into_transformer(model, [])
     assert merged is not model and merged.cuda_graphs is not None and merged.cuda_graphs.model is merged
     assert isinstance(merged.cuda_graphs.backend, RecordingBackend)
+
+
+def test_a_restored_world_state_keeps_the_lease(tmp_path):
+    """world_state.load builds a new StreamState around the held cache: that state holds the lease now."""
+    from inferix_core.world_state import load_world_state, save_world_state
+
+    model, sampling, cache = _tiny(window=6, sink=2)
+    runner = enable_cuda_graphs(model, RecordingBackend())
+    pipe = BlockDiffusionPipeline(model, sampling, cache)
+    state = pipe.start_stream(torch.randn(1, 8, 16), 4, 6, seed=3)
+    pipe.denoise_block(state)
+    assert runner._leased
+    path = tmp_path / "world.safetensors"
+    identity = {"family": "tiny", "config": {}, "weights": "w"}
+    save_world_state(path, pipe, state, identity=identity)
+    del state
+    assert not runner._leased
+    restored = load_world_state(path, pipe, identity=identity)
+    assert runner._leased and restored.cache is runner._held_cache
+    del restored
+    assert not runner._leased
