@@ -195,6 +195,7 @@ def run_ours(variant: str, warmup: int, repeats: int, **extra) -> dict:
         "first_frame_s": result["median_first_block_s"], "runs_s": [r["total_s"] for r in result["runs"]],
         "median_block_s": result["median_block_s"], "cuda_graphs": result.get("cuda_graphs"),
         "vae_options": result.get("vae_options"), "attention": result.get("attention_effective"),
+        "peak_reserved_gib": result.get("peak_reserved_gib"),
     }  # fmt: skip
 
 
@@ -247,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((f"ours {variant}", kind, run_ours(variant, args.warmup, args.repeats, **extra)))
                 r = rows[-1][2]
                 print(f"ours {variant} {kind}: {r['median_total_s']:.3f} s, first frame {r['first_frame_s']:.3f} s, "
-                      f"peak {r['peak_gib']:.2f} GiB, graphs {r.get('cuda_graphs')}", flush=True)  # fmt: skip
+                      f"peak {r['peak_gib']:.2f} GiB ({r['peak_reserved_gib']:.2f} reserved), "
+                      f"graphs {r.get('cuda_graphs')}", flush=True)  # fmt: skip
                 save()
             except Exception as exc:  # one failing lever must not lose the other rows; it is reported
                 print(f"ours {variant} {kind} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
