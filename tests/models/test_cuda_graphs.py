@@ -259,3 +259,16 @@ def test_a_restored_world_state_keeps_the_lease(tmp_path):
     assert runner._leased and restored.cache is runner._held_cache
     del restored
     assert not runner._leased
+
+
+def test_switching_the_attention_backend_captures_anew():
+    from inferix_core.models.registry import set_attention_backend
+
+    model, sampling, cache = _tiny()
+    runner = enable_cuda_graphs(model, RecordingBackend())
+    _run(model, sampling, cache, blocks=2)
+    assert runner.num_graphs == 2
+    set_attention_backend(model, "sdpa_cudnn")
+    eager = runner.model  # the same module: the key must see the new attention function
+    _run(eager, sampling, cache, blocks=2)
+    assert runner.stats.captures == 4

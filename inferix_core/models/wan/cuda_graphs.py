@@ -60,6 +60,7 @@ class GraphKey:
     timestep_shape: tuple[int, ...]  # (B, F)
     text_shape: tuple[int, ...]  # one layer's cross-attention K (B, L_text, H, D)
     cache: tuple  # the cache's graph_key(): storage addresses, new / attended tokens
+    kernels: tuple = ()  # which attention functions / compiled forwards the blocks call (`_kernel_choice`)
 
 
 class GraphBackend(Protocol):
@@ -280,7 +281,14 @@ class CudaGraphRunner:
         if self._cache_buffers is not None and cache_key[-1] != self._cache_buffers:
             self._drop_graphs()  # a different cache's storage: these graphs can never replay again
         self._cache_buffers = cache_key[-1]
-        key = GraphKey(tuple(x.shape), x.dtype, tuple(timestep.shape), tuple(text.keys[0].shape), cache_key)
+        key = GraphKey(
+            tuple(x.shape),
+            x.dtype,
+            tuple(timestep.shape),
+            tuple(text.keys[0].shape),
+            cache_key,
+            _kernel_choice(self.model),
+        )
         static = self._static_inputs(x, timestep, freqs)
         text_static = self._static_text(text)
         static.x.copy_(x)
@@ -367,6 +375,22 @@ class CudaGraphRunner:
         if key not in self._logged:
             self._logged.add(key)
             log.warning(message or key)
+
+
+def _kernel_choice(model: torch.nn.Module) -> tuple:
+    """Identities of what the first block runs: its attention backends and compiled forward.
+
+    A graph replays the kernels recorded at capture; after `set_attention_backend` or `compile_blocks` on the
+    same model these change, and so does the key (the old graphs are never replayed for the new setup).
+    """
+    blocks = getattr(model, "blocks", None)
+    if not blocks:
+        return ()
+    first = blocks[0]
+    attends = tuple(
+        id(getattr(m, "attend", None)) for m in (getattr(first, "self_attn", None), getattr(first, "cross_attn", None))
+    )
+    return (*attends, id(getattr(first, "_compiled_call_impl", None)))
 
 
 def enable_cuda_graphs(model: torch.nn.Module, backend: GraphBackend | None = None) -> CudaGraphRunner | None:
