@@ -489,8 +489,7 @@ def _graph_runner(model):
     runner = getattr(model, "cuda_graphs", None)
     if runner is None:
         return None
-    owner = getattr(runner, "_model", None)
-    if owner is not None and owner() is not model:
+    if not runner.runs(model):
         if "graphs_owner" not in _NOTED:
             _NOTED.add("graphs_owner")
             log.warning("this model's cuda_graphs runner belongs to another module (a copy?); running eagerly")

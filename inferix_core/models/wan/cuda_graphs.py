@@ -191,6 +191,10 @@ class CudaGraphRunner:
             raise RuntimeError("the model of this CUDA-graph runner was freed")
         return model
 
+    def runs(self, model: torch.nn.Module) -> bool:
+        """Whether this runner replays `model` (a deep copy of a model carries its original's runner)."""
+        return self._model() is model
+
     # -- the KV cache, kept across runs so that its storage (and the graphs on it) stay valid ---------
     def kv_cache(self, config: KVCacheConfig, spec: KVCacheSpec):
         """The cache for a new stream: the one held from the last run (reset) when no stream leases it and it fits."""
