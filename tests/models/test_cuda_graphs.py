@@ -272,3 +272,19 @@ def test_switching_the_attention_backend_captures_anew():
     eager = runner.model  # the same module: the key must see the new attention function
     _run(eager, sampling, cache, blocks=2)
     assert runner.stats.captures == 4
+
+
+def test_moved_weights_drop_the_graphs():
+    """A graph reads weights by address: after they move (ComfyUI evicts and reloads), graphs are captured anew."""
+    model, sampling, cache = _tiny()
+    runner = enable_cuda_graphs(model, RecordingBackend())
+    _run(model, sampling, cache, blocks=2)
+    assert runner.num_graphs == 2
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data = p.data.clone() * 1.01  # new storage, as a move to another device and back gives
+    eager_model, _, _ = _tiny()
+    eager_model.load_state_dict(model.state_dict())
+    graphed = _run(model, sampling, cache, blocks=2)
+    assert runner.stats.captures == 4  # nothing stale was replayed
+    torch.testing.assert_close(graphed, _run(eager_model, sampling, cache, blocks=2), atol=1e-5, rtol=0)

@@ -61,6 +61,7 @@ class GraphKey:
     text_shape: tuple[int, ...]  # one layer's cross-attention K (B, L_text, H, D)
     cache: tuple  # the cache's graph_key(): storage addresses, new / attended tokens
     kernels: tuple = ()  # which attention functions / compiled forwards the blocks call (`_kernel_choice`)
+    weights: tuple = ()  # addresses of the first and last weight (a moved model has new ones)
 
 
 class GraphBackend(Protocol):
@@ -182,6 +183,7 @@ class CudaGraphRunner:
         self._held_for: tuple[KVCacheConfig, KVCacheSpec] | None = None
         self._leased = False  # a live stream (its StreamState) uses the held cache
         self._lease_id = 0
+        self._weights: tuple | None = None  # every parameter's and buffer's address when the graphs were captured
         self._logged: set[str] = set()
 
     @property
@@ -197,7 +199,17 @@ class CudaGraphRunner:
 
     # -- the KV cache, kept across runs so that its storage (and the graphs on it) stay valid ---------
     def kv_cache(self, config: KVCacheConfig, spec: KVCacheSpec):
-        """The cache for a new stream: the one held from the last run (reset) when no stream leases it and it fits."""
+        """The cache for a new stream: the one held from the last run (reset) when no stream leases it and it fits.
+
+        Also where moved weights are noticed: a graph reads parameters by address, so when any parameter or
+        buffer has moved since the graphs were captured (ComfyUI evicted the model and loaded it back, a
+        patch replaced a weight) every graph is dropped and captured again.
+        """
+        weights = _weight_addresses(self.model)
+        if self._weights is not None and weights != self._weights:
+            log.info("the model's weights moved since the CUDA graphs were captured; capturing them again")
+            self._drop_graphs()
+        self._weights = weights
         held = self._held_cache
         if held is not None and self._held_for == (config, spec):
             if not self._leased:
@@ -292,6 +304,7 @@ class CudaGraphRunner:
             tuple(text.keys[0].shape),
             cache_key,
             _kernel_choice(self.model),
+            _weight_probe(self.model),
         )
         static = self._static_inputs(x, timestep, freqs)
         text_static = self._static_text(text)
@@ -379,6 +392,18 @@ class CudaGraphRunner:
         if key not in self._logged:
             self._logged.add(key)
             log.warning(message or key)
+
+
+def _weight_addresses(model: torch.nn.Module) -> tuple:
+    """Addresses of every parameter and buffer (checked once per stream, in `kv_cache`)."""
+    return tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
+
+
+def _weight_probe(model: torch.nn.Module) -> tuple:
+    """Addresses of the first and last parameter: a cheap per-call check that the model has not moved."""
+    first = next(model.parameters(), None)
+    last = getattr(getattr(getattr(model, "head", None), "head", None), "weight", None)
+    return tuple(t.data_ptr() for t in (first, last) if t is not None)
 
 
 def _kernel_choice(model: torch.nn.Module) -> tuple:
