@@ -8,7 +8,9 @@ blocks with their KV-cache writes and attention, head).
 
 What a graph bakes in, and so what keys it (`GraphKey`): the input shapes and dtype, and from the KV
 cache (`RingKVCache.graph_key`) the storage addresses of its K/V and write index and the call's new /
-attended token counts. Everything that changes between calls with one key is copied into static
+attended token counts; and the weights' addresses (a model ComfyUI evicted and loaded back, or a patched
+weight, has new ones: checked for every parameter at each stream start, and for the first and last in every
+key, so stale graphs are dropped, never replayed). Everything that changes between calls with one key is copied into static
 buffers before the replay: the latents, the per-frame timesteps, the chunk's RoPE table (it depends on
 the block's position), the prompt's cross-attention K/V (copied only when the prompt changes), and the
 cache's write slots (refilled in place by `begin()`, which stays eager on the host). So a global cache
