@@ -21,7 +21,7 @@ else
   echo "flash-attn-4: not installed (fa4 variants skipped; its CUDA test skips)" | tee -a "$OUT/gpu.txt"
 fi
 timeout 150 python -m pytest -m cuda -v -rs -p no:cacheprovider \
-  tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py 2>&1 | tail -40 | tee "$OUT/cuda_tests.txt"
+  tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py 2>&1 | tail -60 | tee "$OUT/cuda_tests.txt"
 timeout 190 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what diffusion --variants "$VARIANTS" \
   --warmup 1 --repeats 3 --json "$OUT/graphs_diffusion.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_diffusion.txt"
 timeout 200 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile,compile+graphs \
