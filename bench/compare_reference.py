@@ -22,7 +22,10 @@ asserts flash-attn) is routed to its own `attention()`, whose fallback is torch 
 then runs SDPA everywhere, as the issue's reference numbers were measured.
 
     PYTHONPATH=. python bench/compare_reference.py --reference-dir /path/to/Self-Forcing \\
-        --variants eager,cudnn,compile,compile+cudnn --json compare.json
+        --variants eager,compile,graphs,compile+graphs,compile+graphs+fa4 --json compare.json
+
+End to end uses the Wan VAE decode options `load_world_model` gives on CUDA (the benchmark measures what
+users run); `+vaeref` measures the reference decode path instead.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import refgen  # the import shims shared with the fixture generators
+
+from inferix_core.benchmark import VARIANT_PARTS, variant_options
+from inferix_core.errors import ConfigError
 
 WAN_13B = dict(
     model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=1536, ffn_dim=8960, freq_dim=256,
@@ -125,32 +131,25 @@ def run_reference(ref: Path, device: torch.device, decode: bool, warmup: int, re
 
 
 # -- ours -------------------------------------------------------------------------------------------
-VARIANTS = {
-    "eager": dict(),
-    "cudnn": dict(attention="sdpa_cudnn"),
-    "compile": dict(compile=True),
-    "graphs": dict(compile=True, compile_mode="reduce-overhead"),
-    "fp8": dict(fp8=True),
-    "vaefast": dict(vae_fast=True),  # end to end: Wan VAE with VAEDecodeOptions.fast()
-    "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
-}
+VARIANTS = VARIANT_PARTS  # inferix_core/benchmark.py: one table for this script and `inferix bench --variants`
 
 
 def run_ours(variant: str, warmup: int, repeats: int, **extra) -> dict:
     from inferix_core.benchmark import BenchConfig, run_engine_benchmark
 
-    opts: dict = {}
-    for part in variant.split("+"):  # "compile+cudnn" = both
-        if part not in VARIANTS:
-            raise SystemExit(f"unknown variant part '{part}'; expected {', '.join(VARIANTS)}")
-        opts.update(VARIANTS[part])
+    try:
+        opts = variant_options(variant)  # "compile+cudnn" = both
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from exc
     result = run_engine_benchmark(BenchConfig(warmup=warmup, repeats=repeats, **opts, **extra))
     gc.collect()
     torch.cuda.empty_cache()
     return {
         "median_total_s": result["median_total_s"], "fps": result["fps"], "peak_gib": result["peak_gib"],
         "first_frame_s": result["median_first_block_s"], "runs_s": [r["total_s"] for r in result["runs"]],
-        "median_block_s": result["median_block_s"],
+        "median_block_s": result["median_block_s"], "cuda_graphs": result.get("cuda_graphs"),
+        "vae_options": result.get("vae_options"), "attention": result.get("attention_effective"),
+        "peak_reserved_gib": result.get("peak_reserved_gib"),
     }  # fmt: skip
 
 
@@ -186,13 +185,26 @@ def main(argv: list[str] | None = None) -> int:
                     run_reference(args.reference_dir, device, True, args.warmup, args.repeats),
                 )
             )
+
+    def save() -> None:  # after every row, so that a run stopped by a time limit keeps what it measured
+        if args.json:
+            payload = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [
+                {"run": who, "what": kind, **r} for who, kind, r in rows]}  # fmt: skip
+            args.json.write_text(json.dumps(payload, indent=2))
+
+    save()
     for variant in args.variants.split(","):
         for wanted, kind, extra in ((diffusion, "diffusion", {}), (e2e, "end to end (Wan VAE)", {"vae_decode": True})):
-            decoder_only = any(part in ("vaefast", "taehv") for part in variant.split("+"))
+            decoder_only = any(part in ("vaefast", "vaeref", "taehv") for part in variant.split("+"))
             if not wanted or (decoder_only and kind == "diffusion"):  # decoder levers change no diffusion time
                 continue
             try:
                 rows.append((f"ours {variant}", kind, run_ours(variant, args.warmup, args.repeats, **extra)))
+                r = rows[-1][2]
+                print(f"ours {variant} {kind}: {r['median_total_s']:.3f} s, first frame {r['first_frame_s']:.3f} s, "
+                      f"peak {r['peak_gib']:.2f} GiB ({r['peak_reserved_gib']:.2f} reserved), "
+                      f"graphs {r.get('cuda_graphs')}", flush=True)  # fmt: skip
+                save()
             except Exception as exc:  # one failing lever must not lose the other rows; it is reported
                 print(f"ours {variant} {kind} FAILED: {type(exc).__name__}: {str(exc)[:300]}")
     ref = {kind: r for who, kind, r in rows if who == "reference"}
@@ -203,10 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{who:<24} {kind:<22} {r['median_total_s']:8.3f} {r['fps']:6.1f} {r['first_frame_s']:13.3f} {r['peak_gib']:8.2f} {speedup:>7}"
         )
+    for who, kind, r in rows:  # say whether the graphs ran: a refused or failed capture is an eager run
+        if r.get("cuda_graphs") is not None:
+            print(f"{who} {kind}: CUDA graphs {r['cuda_graphs']}")
     if args.json:
-        payload = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": [
-            {"run": who, "what": kind, **r} for who, kind, r in rows]}  # fmt: skip
-        args.json.write_text(json.dumps(payload, indent=2))
+        save()
         print(f"wrote {args.json}")
     return 0
 

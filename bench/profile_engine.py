@@ -4,7 +4,7 @@ One warm-up run, then one run under `torch.profiler` (CUDA activity only). Print
 the share of each group, against the floors of docs/performance.md, and writes JSON. Same protocol
 and options as `inferix bench` (random-weight Wan 1.3B, 480×832, bf16).
 
-    PYTHONPATH=. python bench/profile_engine.py [--compile] [--attention sdpa_cudnn] --json profile.json
+    PYTHONPATH=. python bench/profile_engine.py [--compile] [--cuda-graphs] [--attention sdpa_cudnn] --json profile.json
 """
 
 from __future__ import annotations
@@ -38,11 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--compile", action="store_true")
     p.add_argument("--attention", default="sdpa")
+    p.add_argument("--cuda-graphs", action="store_true", help="whole transformer calls as CUDA graphs")
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     preset = PRESETS["wan-1.3b"]
-    pipe, context = build_engine(BenchConfig(compile=args.compile, attention=args.attention))
+    pipe, context = build_engine(
+        BenchConfig(compile=args.compile, attention=args.attention, cuda_graphs=args.cuda_graphs)
+    )
     request = GenerationRequest(7, preset["latent_height"], preset["latent_width"], context, seed=0)
     pipe.generate(request)  # warm-up (and compile)
     torch.cuda.synchronize()
@@ -56,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     groups: dict[str, float] = {}
     for name, seconds, _ in kernels:
         groups[group_of(name)] = groups.get(group_of(name), 0.0) + seconds
-    print(f"GPU kernel time {total:.3f} s (compile={args.compile}, attention={args.attention})")
+    print(
+        f"GPU kernel time {total:.3f} s (compile={args.compile}, cuda_graphs={args.cuda_graphs}, attention={args.attention})"
+    )
     for g, s in sorted(groups.items(), key=lambda kv: -kv[1]):
         print(f"  {g:<36} {s:7.3f} s  {100 * s / total:5.1f} %")
     print(f"top {args.top} kernels:")

@@ -184,7 +184,8 @@ def _resident_bytes(world_model: WorldModel) -> int:
     """Bytes of the transformer and VAE weights already on the model's device (the plan counts them; the
     free memory measured now does not)."""
     kind = world_model.device.type
-    total = 0
+    graphs = getattr(world_model.transformer, "cuda_graphs", None)  # its KV cache, held for the next run to reuse
+    total = graphs.held_cache_bytes() if graphs is not None else 0
     for module in (world_model.transformer, world_model.vae):
         if module is not None and hasattr(module, "parameters"):
             total += sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type == kind)

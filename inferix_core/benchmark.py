@@ -95,10 +95,13 @@ class BenchConfig:
     compile: bool = False  # torch.compile each transformer block (models.wan.compile_blocks); warm-up absorbs it
     compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
     decoder: str = "wan"  # with vae_decode: "wan" (the Wan VAE architecture) or "taehv" (the tiny preview decoder)
-    vae_fast: bool = False  # Wan VAE decode with VAEDecodeOptions.fast() (channels-last, cuDNN autotune, fused cache…)
+    # Wan VAE decode options: None = what load_world_model gives on this device (CUDA: VAEDecodeOptions.fast(),
+    # compiled with `compile`; CPU: the reference path), True = fast() uncompiled, False = the reference path
+    vae_fast: bool | None = None
     fp8_weights: bool = False  # block linears stored in e4m3, dequantized per call (models.fp8.FP8WeightLinear)
     resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
     gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
+    cuda_graphs: bool = False  # capture whole transformer calls as CUDA graphs (models.wan.cuda_graphs)
 
     @classmethod
     def for_preset(cls, preset: str, **overrides) -> BenchConfig:
@@ -106,6 +109,49 @@ class BenchConfig:
         p = PRESETS[preset]
         base = {k: p[k] for k in ("latent_frames", "block_frames") if k in p}
         return cls(preset=preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+# Levers by name, for `inferix bench --variants` and bench/compare_reference.py: "compile+graphs" sets both parts.
+VARIANT_PARTS: dict[str, dict] = {
+    "eager": {},
+    "cudnn": dict(attention="sdpa_cudnn"),
+    "compile": dict(compile=True),
+    "graphs": dict(cuda_graphs=True),  # whole transformer calls as CUDA graphs (models/wan/cuda_graphs.py)
+    "reduceoverhead": dict(compile=True, compile_mode="reduce-overhead"),  # torch's per-region graphs (fails: docs)
+    "fa4": dict(attention="flash_attn_4"),  # FlashAttention-4 where its measured table says it is faster
+    "fp8": dict(fp8=True),
+    # end to end, the Wan VAE: by default what load_world_model gives on CUDA (fast(), compiled with compile);
+    # "vaefast" = fast() uncompiled, "vaeref" = the reference decode path (the numbers before issue #19)
+    "vaefast": dict(vae_fast=True),
+    "vaeref": dict(vae_fast=False),
+    "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
+}
+
+
+def variant_options(variant: str) -> dict:
+    """BenchConfig overrides of a "+"-joined variant name, e.g. "compile+graphs"."""
+    from .errors import ConfigError
+
+    opts: dict = {}
+    for part in variant.split("+"):
+        if part not in VARIANT_PARTS:
+            raise ConfigError(f"unknown variant part '{part}'; expected {', '.join(VARIANT_PARTS)} (joined with +)")
+        opts.update(VARIANT_PARTS[part])
+    return opts
+
+
+def format_variants(results: list[tuple[str, dict]]) -> str:
+    """One line per variant: total, FPS, first block, peak memory, and whether CUDA graphs ran."""
+    lines = [f"{'variant':<24} {'total s':>8} {'FPS':>6} {'first block s':>13} {'peak GiB':>8}  CUDA graphs"]
+    base = results[0][1]["median_total_s"] if results else None
+    for name, r in results:
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
+        speed = f" ({base / r['median_total_s']:.2f}x of {results[0][0]})" if base else ""
+        lines.append(
+            f"{name:<24} {r['median_total_s']:8.3f} {r['fps']:6.1f} {r['median_first_block_s']:13.3f} {peak:>8}  "
+            f"{_graphs_row(r)}{speed}"
+        )
+    return "\n".join(lines)
 
 
 class _BlockTimer(PipelineHooks):
@@ -162,10 +208,7 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model, weight_only=True)
-    sampling = SamplingConfig(
-        **{"denoising_steps": cfg.steps, "block_frames": cfg.block_frames, **preset.get("sampling", {})}
-    )
-    cache = KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
+    sampling, cache = bench_sampling(cfg), KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     resident = planned_resident_blocks(cfg, cache) if cfg.resident_blocks is None else cfg.resident_blocks
     if resident is not None and resident < preset["config"].num_layers:
         from .models.block_swap import enable_block_swap
@@ -177,9 +220,31 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.wan.causal_transformer import compile_blocks
 
         compile_blocks(model, mode=cfg.compile_mode)
+    if cfg.cuda_graphs:  # after compile: the graphs record the compiled blocks' kernels
+        from .models.wan.cuda_graphs import enable_cuda_graphs
+
+        enable_cuda_graphs(model)
     mc = preset["config"]
     context = torch.randn(1, mc.text_len, mc.text_dim, device=device, dtype=dtype)
     return BlockDiffusionPipeline(model, sampling, cache), context
+
+
+def bench_sampling(cfg: BenchConfig) -> SamplingConfig:
+    """The protocol's sampling: the preset's own, else Self-Forcing's (the loader's default family) with cfg's steps."""
+    preset = PRESETS[cfg.preset]
+    return SamplingConfig(
+        **{"denoising_steps": cfg.steps, "block_frames": cfg.block_frames, **preset.get("sampling", {})}
+    )
+
+
+def bench_vae_decode_options(cfg: BenchConfig):
+    """What the benchmark's Wan VAE decodes with: by default exactly what `load_world_model` gives users."""
+    from .models.registry import loader_vae_decode_options
+    from .vae.config import VAEDecodeOptions
+
+    if cfg.vae_fast is None:
+        return loader_vae_decode_options(cfg.device, compile=cfg.compile)
+    return VAEDecodeOptions.fast() if cfg.vae_fast else None
 
 
 def bench_vae_memory(cfg: BenchConfig):
@@ -193,7 +258,7 @@ def bench_vae_memory(cfg: BenchConfig):
     preset = PRESETS[cfg.preset]
     return VAEMemory.estimated(
         preset["latent_height"], preset["latent_width"], 1, DTYPES[cfg.dtype].itemsize,
-        96 if cfg.preset in FULL_SIZE_PRESETS else 4, options=VAEDecodeOptions.fast() if cfg.vae_fast else VAEDecodeOptions(),
+        96 if cfg.preset in FULL_SIZE_PRESETS else 4, options=bench_vae_decode_options(cfg) or VAEDecodeOptions(),
         cuda=torch.device(cfg.device).type == "cuda",
     )  # fmt: skip
 
@@ -266,10 +331,7 @@ def _bench_decoder(cfg: BenchConfig, preset: dict, device: torch.device, dtype: 
             vae = Wan22VAE(Wan22VAEConfig() if full else Wan22VAEConfig(dim=2, dec_dim=4)).to(dtype).eval()
         else:
             vae = WanVAE(WanVAEConfig(dim=96 if full else 4)).to(dtype).eval()
-    if cfg.vae_fast:
-        from .vae.config import VAEDecodeOptions
-
-        vae.decode_options = VAEDecodeOptions.fast()
+    vae.decode_options = bench_vae_decode_options(cfg)
     return vae
 
 
@@ -331,9 +393,13 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
                     "block_s": blocks,
                     "first_block_s": first_frame,
                     "peak_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+                    # reserved too: a CUDA graph's intermediates stay reserved in its pool but are not "allocated"
+                    "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
                 }
             )
     pixel_frames = 1 + 4 * (cfg.latent_frames - 1)
+    runner = getattr(pipe.model, "cuda_graphs", None)  # None: off, or refused (the log says why)
+    graphs = None if runner is None else {**asdict(runner.stats), "graphs": runner.num_graphs}
     total_med = statistics.median(r["total_s"] for r in runs)
     per_block = [statistics.median(r["block_s"][i] for r in runs) for i in range(num_blocks)]
     return {
@@ -351,11 +417,32 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "median_first_block_s": statistics.median(r["first_block_s"] for r in runs),
         "median_block_s": per_block,
         "peak_gib": max(r["peak_bytes"] for r in runs) / 2**30 if cuda else None,
+        "peak_reserved_gib": max(r["peak_reserved_bytes"] for r in runs) / 2**30 if cuda else None,
         "planned_gib": planned / 2**30,
         "decode_slicing": None if slicing is None else slicing.describe(cfg.block_frames),
         "resident_blocks": resident,
+        "cuda_graphs": graphs,
+        "attention_effective": _effective_attention(cfg.attention),
+        "vae_options": repr(getattr(vae, "decode_options", None)) if vae is not None else None,
         "runs": runs,
     }
+
+
+def _effective_attention(name: str) -> str:
+    """The backend that ran: an unavailable one falls back to sdpa (flash_attn_4: and per shape, by its table)."""
+    from .attention import get_attention_backend
+
+    return get_attention_backend(name).name
+
+
+def _graphs_row(result: dict) -> str:
+    g = result.get("cuda_graphs")
+    if g is None:
+        return "on, refused (see the log)" if result["config"].get("cuda_graphs") else "off"
+    text = f"{g['graphs']} graphs, {g['replays']} replays, {g['captures']} captures, {g['eager_calls']} eager calls"
+    if g["failed_captures"] or g["fallbacks"]:
+        text += f", {g['failed_captures']} failed captures, fallbacks {g['fallbacks']}"
+    return text
 
 
 def format_table(result: dict) -> str:
@@ -369,18 +456,24 @@ def format_table(result: dict) -> str:
             f"{' + fp8 weight storage' if c.get('fp8_weights') else ''} / {c['attention']}",
         ),
         ("compiled blocks", c.get("compile", False)),
+        ("CUDA graphs", _graphs_row(result)),
         ("steps / KV recompute", f"{c.get('steps')} / {c.get('kv_recompute_frames') or 'off'}"),
         ("frames (pixel)", result["pixel_frames"]),
         (
             "vae stream decode",
-            f"{c['vae_decode']} ({c.get('decoder', 'wan')}, fast: {c.get('vae_fast', False)}, "
+            f"{c['vae_decode']} ({c.get('decoder', 'wan')}, options: {result.get('vae_options', c.get('vae_fast'))}, "
             f"overlapped: {c['overlap_decode']})",
         ),
         ("median total (s)", f"{result['median_total_s']:.3f}"),
         ("FPS (pixel frames)", f"{result['fps']:.1f}"),
         ("first block (s)", f"{result['median_first_block_s']:.3f}"),
         ("per block (s)", " ".join(f"{b:.3f}" for b in result["median_block_s"])),
-        ("peak memory (GiB)", "-" if result["peak_gib"] is None else f"{result['peak_gib']:.2f}"),
+        (
+            "peak memory (GiB)",
+            "-"
+            if result["peak_gib"] is None
+            else f"{result['peak_gib']:.2f} ({result['peak_reserved_gib']:.2f} reserved)",
+        ),
         ("planned (GiB)", f"{result['planned_gib']:.2f}" if "planned_gib" in result else "-"),
         (
             "block swap",

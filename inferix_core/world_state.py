@@ -198,7 +198,9 @@ def load_world_state(
         _restore_decoder(decoder, header["decoder"], tensors, dev)
     pos = header["position"]
     pipe.kv_cache = cache
-    return StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
+    state = StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
+    pipe.lease_cache(state)  # `fresh` goes away here; the cache is this state's now (CUDA-graph runners)
+    return state
 
 
 def _restore_decoder(decoder, meta: dict | None, tensors: dict, device) -> None:

@@ -148,6 +148,15 @@ class InferixLoadWorldModel(io.ComfyNode):
                     tooltip="From Inferix Memory Settings: block swap, fp8 weights and text-encoder placement "
                     "for GPUs smaller than the model. Unconnected: everything on the GPU.",
                 ),
+                io.Boolean.Input(
+                    "cuda_graphs",
+                    default=False,
+                    optional=True,
+                    tooltip="Capture each transformer call (all blocks of one step) as a CUDA graph and replay it: "
+                    "no per-kernel launch cost on the CPU. Off until measured (docs/performance.md). Runs eagerly, "
+                    "with a log line, on the CPU, with block swap or an offloaded/paged/quantized KV cache. The KV "
+                    "cache and the graphs stay allocated between runs.",
+                ),
             ],
             outputs=[
                 types.WorldModel.Output(
@@ -195,6 +204,7 @@ class InferixLoadWorldModel(io.ComfyNode):
         family: str = "auto",
         weights: str = "auto",
         memory=None,
+        cuda_graphs: bool = False,
     ) -> io.NodeOutput:
         # fp8/compile default here too: ComfyUI passes no value for an optional input a workflow lacks.
         # No model cache of our own: ComfyUI re-runs this node whenever any input (these two included) changes.
@@ -215,6 +225,7 @@ class InferixLoadWorldModel(io.ComfyNode):
             **(memory.load_kwargs() if memory is not None else {}),
             family=family or "auto",
             weights=weights or "auto",
+            cuda_graphs=bool(cuda_graphs),
         )
         world_model = rt.register_world_model(world_model)  # ComfyUI can now evict it and load it back
         summary = world_model.describe()

@@ -153,13 +153,13 @@ def test_workflow_source_reads_the_inferix_nodes(tmp_path, monkeypatch):
     args = cli.build_parser().parse_args(["play", str(path)])
     setup = play_cmd.load_setup(args)
     assert loaded["path"] == "bundled" and loaded["vae_path"] is None and loaded["attention"] == "sdpa"
-    assert (loaded["fp8"], loaded["compile"]) == (False, False)  # a loader saved without them: off
+    assert (loaded["fp8"], loaded["compile"], loaded["cuda_graphs"]) == (False,) * 3  # a loader saved without them
     assert (setup.prompt, setup.width, setup.height, setup.seed) == ("a coast road", 128, 96, 42)
     assert setup.cache.window_frames == 12 and setup.cache.sink_frames == 3
-    graph["1"]["inputs"]["compile"] = True  # the loader's input, or the flag, turns a speed option on
+    graph["1"]["inputs"]["compile"] = graph["1"]["inputs"]["cuda_graphs"] = True  # the input, or the flag, turns it on
     path.write_text(json.dumps(graph))
     play_cmd.load_setup(cli.build_parser().parse_args(["play", str(path), "--fp8"]))
-    assert (loaded["fp8"], loaded["compile"]) == (True, True)
+    assert (loaded["fp8"], loaded["compile"], loaded["cuda_graphs"]) == (True,) * 3
     path.write_text(json.dumps({"nodes": [], "links": []}))
     with pytest.raises(WorkflowError, match="Export \\(API\\)"):
         play_cmd.load_setup(args)
@@ -180,8 +180,8 @@ def test_speed_flags_reach_load_world_model(monkeypatch, capsys):
     monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.append(kw) or tiny_world(DRIVING))
     monkeypatch.setattr(play_cmd, "bundled_size", lambda: (W, H))
     play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled"]))
-    play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--fp8", "--compile"]))
-    assert [(kw["fp8"], kw["compile"]) for kw in loaded] == [(False, False), (True, True)]
+    play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--fp8", "--compile", "--cuda-graphs"]))
+    assert [(kw["fp8"], kw["compile"], kw["cuda_graphs"]) for kw in loaded] == [(False,) * 3, (True,) * 3]
     monkeypatch.setattr(
         "inferix_core.commands.info.load_world_model", lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING)
     )

@@ -106,6 +106,7 @@ BUNDLED_LOADER = {
     "compile": False,
     "family": "auto",  # read from the file (the node's text says why)
     "weights": "auto",  # training checkpoints: what the family's authors load (generator_ema or generator)
+    "cuda_graphs": False,  # opt-in until measured (docs/performance.md)
 }
 SF_LOADER = {**BUNDLED_LOADER, "model": SELF_FORCING["name"], "vae": WAN_VAE["name"], "text_encoder": UMT5["name"]}
 LL2_LOADER = {**BUNDLED_LOADER, "model": LONGLIVE2["name"], "vae": WAN22_VAE["name"], "text_encoder": UMT5["name"]}

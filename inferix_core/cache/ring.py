@@ -144,6 +144,20 @@ class RingKVCache(SlidingWindow):
     def layer(self, index: int) -> LayerKV:
         return self._views[index]
 
+    def graph_key(self) -> tuple:
+        """What a CUDA graph of the planned call bakes in from this cache (models/wan/cuda_graphs.py).
+
+        A captured `write_and_read` holds the storage addresses of every layer's K/V and of the write
+        index, and the call's new / attended token counts (the shapes of the copy and the returned
+        views). Two calls with equal keys run the same kernels on the same memory; what differs between
+        them (which ring slots are written) reaches the device only through the write index, which
+        `begin()` refills in place. So equal keys mean a graph captured for one is valid for the other.
+        """
+        if self._w is None:
+            raise ConfigError("graph_key() before begin(): plan the call first")
+        buffers = tuple(b.data_ptr() for b in (*self.k, *self.v))
+        return ("ring", self._num_tokens, self._valid_tokens, self._w.data_ptr(), buffers)
+
     def logical_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of `layer` in sink-then-chronological frame order (the reference's buffer order)."""
         ft = self.spec.frame_tokens

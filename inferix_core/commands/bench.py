@@ -28,11 +28,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sink", type=int, default=0, help="sink frames")
     p.add_argument("--attention", default="sdpa", help="sdpa, sdpa_cudnn (cuDNN kernel first) or flash_attn")
     p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
-    p.add_argument("--vae-decode", action="store_true", help="stream-decode every block with the Wan VAE")
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="capture each transformer call shape (all blocks of one step) as a CUDA graph and replay it",
+    )
+    p.add_argument(
+        "--vae-decode",
+        action="store_true",
+        help="stream-decode every block with the Wan VAE, with the decode options load_world_model gives on this "
+        "device (CUDA: VAEDecodeOptions.fast(), compiled with --compile)",
+    )
+    p.add_argument("--vae-reference", action="store_true", help="with --vae-decode: the reference decode path instead")
     p.add_argument(
         "--vae-fast",
         action="store_true",
-        help="with --vae-decode: the Wan VAE's VAEDecodeOptions.fast() (what a loaded Wan VAE uses on CUDA)",
+        help="with --vae-decode: the Wan VAE's VAEDecodeOptions.fast() on any device (CUDA gets it by default)",
     )
     p.add_argument(
         "--overlap-decode", action="store_true", help="decode on a side CUDA stream while the next block denoises"
@@ -56,27 +67,51 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="GB",
         help="emulate a card of this many GiB (per-process memory cap); block swap is planned to fit it",
     )
+    p.add_argument(
+        "--variants",
+        help="comma list of levers to run one after another on top of the other flags, parts joined with + "
+        "(e.g. eager,graphs,compile,compile+graphs; parts: eager, cudnn, compile, graphs, fa4, fp8, vaefast, "
+        "vaeref, taehv, reduceoverhead); prints one line per variant",
+    )
     p.add_argument("--json", type=Path, help="write the full result here (a taken name gets the next number)")
     p.add_argument("--force", action="store_true", help="let --json replace an existing file")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..benchmark import PRESETS, BenchConfig, format_table, run_engine_benchmark
+def bench_config(args: argparse.Namespace):
+    """The BenchConfig these flags ask for (flags left out keep BenchConfig's defaults, the loader's on CUDA)."""
+    from ..benchmark import PRESETS, BenchConfig
     from ..errors import ConfigError
 
     if args.preset not in PRESETS:
         raise ConfigError(f"unknown preset '{args.preset}'; expected one of {', '.join(PRESETS)}")
-
-    cfg = BenchConfig.for_preset(
+    return BenchConfig.for_preset(
         args.preset, latent_frames=args.latent_frames, block_frames=args.block_frames, dtype=args.dtype, device=args.device,
         warmup=args.warmup, repeats=args.repeats, window_frames=args.window, sink_frames=args.sink,
         attention=args.attention, vae_decode=args.vae_decode, overlap_decode=args.overlap_decode,
         compile=args.compile, fp8=args.fp8, resident_blocks=args.resident_blocks, gpu_memory_gb=args.gpu_memory,
-        fp8_weights=args.fp8_weights, vae_fast=args.vae_fast,
+        fp8_weights=args.fp8_weights, cuda_graphs=args.cuda_graphs,
+        vae_fast=True if args.vae_fast else False if args.vae_reference else None,
     )  # fmt: skip
-    result = run_engine_benchmark(cfg)
-    print(format_table(result))
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from ..benchmark import format_table, format_variants, run_engine_benchmark, variant_options
+
+    if args.variants:
+        base = bench_config(args)
+        options = [(name, variant_options(name)) for name in args.variants.split(",")]  # all checked first
+        results = []
+        for name, opts in options:
+            results.append((name, run_engine_benchmark(dataclasses.replace(base, **opts))))
+            print(f"{name}: {results[-1][1]['median_total_s']:.3f} s", flush=True)
+        print(format_variants(results))
+        result = {"variants": [{"variant": name, **r} for name, r in results]}
+    else:
+        result = run_engine_benchmark(bench_config(args))
+        print(format_table(result))
     if args.json:
         from ..sinks.paths import write_text_output
 

@@ -128,6 +128,11 @@ def register(subparsers: Any) -> None:
         help="torch.compile each transformer block (~1.3x faster diffusion on an H200); the first block "
         "compiles first (a one-off wait)",
     )
+    p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="capture each transformer call as a CUDA graph and replay it (CUDA only; logged and eager elsewhere)",
+    )
     add_memory_arguments(p)
     add_lora_option(p)  # with a workflow: its Load World Model LoRA nodes, then these
     p.set_defaults(func=run)
@@ -294,6 +299,7 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
         device=args.device,
         fp8=args.fp8,
         compile=args.compile,
+        cuda_graphs=args.cuda_graphs,
         **model_flag_kwargs(args),
     )
     width, height = bundled_size() if source == "bundled" else (None, None)
@@ -340,6 +346,7 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         device=args.device if args.device != "auto" else loader.get("device", "auto"),
         attention=loader.get("attention", "sdpa"),
         fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
+        cuda_graphs=args.cuda_graphs or bool(loader.get("cuda_graphs", False)),
         **memory_settings_from_args(args).load_kwargs(),
         lora=_workflow_loras(graph) + list(args.lora),
         family=args.family if args.family != "auto" else loader.get("family", "auto"),

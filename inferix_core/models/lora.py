@@ -511,6 +511,11 @@ def merge_loras_into_transformer(
         quantize_linears_fp8(new)
     if any(getattr(b, "_compiled_call_impl", None) is not None for b in transformer.blocks):
         compile_blocks(new)
+    old_graphs = getattr(transformer, "cuda_graphs", None)
+    if old_graphs is not None:  # the merged copy gets graphs of its own (a fresh backend of the same kind)
+        from .wan.cuda_graphs import enable_cuda_graphs
+
+        enable_cuda_graphs(new, type(old_graphs.backend)())
     return new
 
 

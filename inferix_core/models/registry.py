@@ -303,6 +303,7 @@ def load_world_model(
     text_encoder_placement: str = "device",
     gpu_memory: int | None = None,
     lora: Sequence[LoraArg] | None = None,
+    cuda_graphs: bool = False,
 ) -> WorldModel:
     """Load a world model: "bundled" for the shipped toy model, or a transformer checkpoint path.
 
@@ -342,6 +343,11 @@ def load_world_model(
 
     lora=[(path, strength), ...] merges LoRA files into the transformer weights before fp8 and compile
     (`inferix_core.models.lora`: peft, ComfyUI, kohya and diffusers formats; several stack).
+
+    cuda_graphs=True captures each transformer call shape (all blocks of one step) as a CUDA graph and
+    replays it (`inferix_core.models.wan.cuda_graphs`): no per-kernel launch cost on the host. Off by
+    default until measured; where it cannot apply (CPU, block swap, an offloaded/paged/quantized cache,
+    actions) it says so once and runs eagerly. The KV cache and the graphs stay allocated between runs.
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -367,7 +373,7 @@ def load_world_model(
         elif gpu_memory is not None:
             log.info("the bundled model is a few MiB: every block stays resident within the %.1f GiB budget",
                      gpu_memory / 2**30)  # fmt: skip
-        return _maybe_compile(bundled, compile)
+        return _maybe_cuda_graphs(_maybe_compile(bundled, compile), cuda_graphs)
     from .wan.checkpoint import load_wan_checkpoint
 
     if not Path(path).exists():
@@ -441,7 +447,7 @@ def load_world_model(
         family_reason=choice.reason,
         variant=variant.name if variant else "",
     )
-    return _maybe_compile(model, compile)
+    return _maybe_cuda_graphs(_maybe_compile(model, compile), cuda_graphs)
 
 
 def resolve_family(path: str, family: str | None = "auto", *, num_heads: int | None = None) -> FamilyChoice:
@@ -482,9 +488,25 @@ def _maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
         log.info("compiling the %d transformer blocks on first use (torch.compile)", len(model.transformer.blocks))
         compile_blocks(model.transformer)
         if getattr(model.vae, "decode_options", None) is not None:  # the Wan VAE on CUDA: compile its fused step too
-            from ..vae.config import VAEDecodeOptions
+            model.vae.decode_options = loader_vae_decode_options(model.device, compile=True)
+    return model
 
-            model.vae.decode_options = VAEDecodeOptions.fast(compile=True)
+
+def loader_vae_decode_options(device: torch.device | str, compile: bool = False):
+    """The Wan VAE decode options `load_world_model` gives a VAE on `device` (the benchmark uses the same).
+
+    On CUDA `VAEDecodeOptions.fast()`, compiled too with compile=True; on the CPU None (the reference path).
+    """
+    from ..vae.config import VAEDecodeOptions
+
+    return VAEDecodeOptions.fast(compile=compile) if torch.device(device).type == "cuda" else None
+
+
+def _maybe_cuda_graphs(model: WorldModel, cuda_graphs: bool) -> WorldModel:
+    if cuda_graphs:
+        from .wan.cuda_graphs import enable_cuda_graphs
+
+        enable_cuda_graphs(model.transformer)  # logs why not where it cannot (CPU, block swap)
     return model
 
 
@@ -600,11 +622,9 @@ def _load_vae(path: str, device, dtype):
     accurate against fp32 (tests/vae/test_decode_options.py). On the CPU the reference path stays.
     """
     from ..vae import WanVAE
-    from ..vae.config import VAEDecodeOptions
 
     vae = WanVAE.from_file(path, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
-    if device.type == "cuda":
-        vae.decode_options = VAEDecodeOptions.fast()
+    vae.decode_options = loader_vae_decode_options(device)
     return vae
 
 

@@ -14,6 +14,7 @@ The loop yields each clean block as soon as it exists, so decoding and streaming
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler, FlowUniPCSolver, SamplingConfig
 from ..tensors import to_device_async
+
+log = logging.getLogger(__name__)
 
 
 class SeededNoise:
@@ -298,7 +301,11 @@ class BlockDiffusionPipeline:
             max_frames=max_frames,
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
-        cache = create_kv_cache(self.cache_config, spec)
+        graphs = _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
+        base = (
+            graphs.kv_cache(self.cache_config, spec) if graphs is not None else create_kv_cache(self.cache_config, spec)
+        )
+        cache = base
         extend = getattr(self.model, "extend_kv_cache", None)  # models with caches of their own (action modules)
         if extend is not None:
             cache = extend(cache, self.cache_config, spec)
@@ -307,9 +314,22 @@ class BlockDiffusionPipeline:
             self.first_frame_encoder.reset()
         image = None if image_context is None else to_device_async(image_context, self.device)
         text = self.model.prepare_context(to_device_async(context, self.device), *(() if image is None else (image,)))
-        return StreamState(
+        state = StreamState(
             cache, text, noise if noise is not None else SeededNoise(seed), latent_height, latent_width, batch_size
         )
+        self.lease_cache(state, base)
+        return state
+
+    def lease_cache(self, state: StreamState, cache=None) -> None:
+        """Mark `state`'s KV cache as in use while `state` lives (a CUDA-graph runner reuses it only after).
+
+        `start_stream` does this; whoever builds another StreamState around the same cache (a world-state
+        restore) calls it again for the new state.
+        """
+        graphs = _graph_runner(self.model)
+        if graphs is not None:
+            base = cache if cache is not None else getattr(state.cache, "main", state.cache)  # ActionKVCache.main
+            graphs.lease(base, state)
 
     def set_prompt(self, state: StreamState, context: torch.Tensor) -> None:
         """Swap the cross-attention K/V for a new prompt (B, L, text_dim); cached self-attention K/V stay."""
@@ -491,7 +511,8 @@ class BlockDiffusionPipeline:
             action = to_device_async(action, self.device)
         elif action is not None:  # per-block inputs of image-started models (MatrixGameBlockInput, from image_world)
             action = action.to(self.device)
-        flow = self.model(
+        graphs = _graph_runner(self.model)  # captured whole calls (enable_cuda_graphs), else eager
+        flow = (graphs or self.model)(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
         )
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
@@ -513,6 +534,26 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
+
+
+_NOTED: set[str] = set()
+
+
+def _graph_runner(model):
+    """The model's CUDA-graph runner (models/wan/cuda_graphs.py), if it has one that runs this very model.
+
+    A copied module (copy.deepcopy) carries its original's runner, which would replay the original's
+    weights: such a runner is ignored, with a log line, and the copy runs eagerly.
+    """
+    runner = getattr(model, "cuda_graphs", None)
+    if runner is None:
+        return None
+    if not runner.runs(model):
+        if "graphs_owner" not in _NOTED:
+            _NOTED.add("graphs_owner")
+            log.warning("this model's cuda_graphs runner belongs to another module (a copy?); running eagerly")
+        return None
+    return runner
 
 
 def _unipc_solver(sampling: SamplingConfig) -> FlowUniPCSolver | None:

@@ -216,19 +216,20 @@ def test_speed_options_reach_the_loaded_model(node_classes, models_dir):
 
 
 def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output_dir, monkeypatch):
-    """A quickstart saved without fp8/compile/family/weights (API and UI format) validates and runs with the
-    defaults: fp8 and compile off, family and weights auto."""
+    """A quickstart saved without fp8/compile/family/weights/cuda_graphs (API and UI format) validates and runs
+    with the defaults: fp8, compile and CUDA graphs off, family and weights auto."""
     from inferix_core.models import registry
     from inferix_core.workflow import execute, load_workflow, validate
 
     api = json.loads((WORKFLOWS / "quickstart_api.json").read_text())
     loader = api["1"]["inputs"]
-    assert (loader.pop("weights"), loader.pop("family")) == ("auto", "auto")
+    assert (loader.pop("weights"), loader.pop("family"), loader.pop("cuda_graphs")) == ("auto", "auto", False)
     assert (loader.pop("fp8"), loader.pop("compile")) == (False, False)
     ui = json.loads(QUICKSTART_UI.read_text())
     (ui_loader,) = [n for n in ui["nodes"] if n["type"] == "InferixLoadWorldModel"]
-    assert ui_loader["widgets_values"][-4:] == [False, False, "auto", "auto"]  # appended last: an old file is a prefix
-    ui_loader["widgets_values"] = ui_loader["widgets_values"][:-4]
+    # appended last: an old file is a prefix
+    assert ui_loader["widgets_values"][-5:] == [False, False, "auto", "auto", False]
+    ui_loader["widgets_values"] = ui_loader["widgets_values"][:-5]
     old_ui = load_workflow(ui, node_classes)
     assert {k: (v["class_type"], v["inputs"]) for k, v in old_ui.items()} == {
         k: (v["class_type"], v["inputs"]) for k, v in api.items()
@@ -240,5 +241,7 @@ def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output
     monkeypatch.setattr(registry, "load_world_model", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
     loader["device"] = "cpu"
     result = execute(api, node_classes, output_dir=output_dir, progress=False)
-    assert [(kw["fp8"], kw["compile"], kw["family"], kw["weights"]) for kw in calls] == [(False, False, "auto", "auto")]
+    assert [(kw["fp8"], kw["compile"], kw["family"], kw["weights"], kw["cuda_graphs"]) for kw in calls] == [
+        (False, False, "auto", "auto", False)
+    ]
     assert list(output_dir.rglob("quickstart_*.mp4")) and result.outputs["3"][1].shape[0] > 0

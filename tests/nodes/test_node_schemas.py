@@ -91,9 +91,20 @@ def test_load_world_model_speed_options_are_optional_and_last(node_classes):
         assert kind == "BOOLEAN" and options["default"] is False and options["tooltip"]
     assert "FP8" in optional["fp8"][1]["tooltip"] and "torch.compile" in optional["compile"][1]["tooltip"]
     widgets = [s.name for s in NodeSchema.from_class("InferixLoadWorldModel", cls).widget_inputs]
-    assert widgets[7:] == ["fp8", "compile", "family", "weights"] and len(widgets) == 11
+    assert widgets[7:] == ["fp8", "compile", "family", "weights", "cuda_graphs"] and len(widgets) == 12
     assert inspect.signature(cls.execute).parameters["fp8"].default is False
     assert inspect.signature(cls.execute).parameters["compile"].default is False
+
+
+def test_load_world_model_cuda_graphs_is_optional_last_and_off(node_classes):
+    """cuda_graphs (issue #19) is the last widget, default off: older workflows load unchanged."""
+    from inferix_core.workflow import NodeSchema
+
+    cls = node_classes["InferixLoadWorldModel"]
+    kind, options = cls.INPUT_TYPES()["optional"]["cuda_graphs"]
+    assert kind == "BOOLEAN" and options["default"] is False and "CUDA graph" in options["tooltip"]
+    assert [s.name for s in NodeSchema.from_class("InferixLoadWorldModel", cls).widget_inputs][-1] == "cuda_graphs"
+    assert inspect.signature(cls.execute).parameters["cuda_graphs"].default is False
 
 
 def test_load_world_model_family_and_weights_are_optional_and_last(node_classes):

@@ -283,6 +283,28 @@ class CausalWanTransformer(nn.Module):
         return ActionKVCache.build(cache, cache_config, spec, self.config.action_config)
 
     # -- forward -------------------------------------------------------------------------------------
+    def chunk_freqs(
+        self,
+        grid: tuple[int, int, int],
+        start_frame: int = 0,
+        frame_positions: torch.Tensor | None = None,
+        device: torch.device | str = "cpu",
+    ) -> torch.Tensor:
+        """RoPE table of a chunk whose patch grid is (f, h, w), at frames start_frame.. (or frame_positions:
+        (F,), or (B, F) for batched streams at different positions: one table per row)."""
+        if frame_positions is None:
+            frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
+        if frame_positions.dim() == 2:
+            return torch.stack(
+                [self.rope.freqs(row, grid[1], grid[2], torch.device(device)) for row in frame_positions]
+            )
+        return self.rope.freqs(frame_positions, grid[1], grid[2], torch.device(device))
+
+    def patch_grid(self, latent_shape: tuple[int, ...]) -> tuple[int, int, int]:
+        """(f, h, w) patch grid of latents (B, C, F, H, W)."""
+        pt, ph, pw = self.config.patch_size
+        return latent_shape[2] // pt, latent_shape[3] // ph, latent_shape[4] // pw
+
     def forward(
         self,
         x: torch.Tensor,
@@ -293,6 +315,7 @@ class CausalWanTransformer(nn.Module):
         action: torch.Tensor | None = None,
         frame_positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
+        rope_freqs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Flow prediction for a chunk.
 
@@ -309,6 +332,8 @@ class CausalWanTransformer(nn.Module):
                 or (B, F), one row per batch item (batched streams at different positions, cache/shared.py).
             attn_mask: (L, L) boolean mask over x's tokens when kv_cache is None; with a cache, an optional
                 (B, 1, 1, L_span) key mask over the attended span (batched streams whose spans were padded).
+            rope_freqs: this chunk's RoPE table (`chunk_freqs`) computed by the caller; a CUDA graph passes a
+                static copy so that the replayed call builds nothing on the host (models/wan/cuda_graphs.py).
         Returns:
             (B, C_out, F, H, W) flow (noise − x0).
         """
@@ -350,12 +375,7 @@ class CausalWanTransformer(nn.Module):
             e = e + self.action_embedding(action.reshape(b * num_frames, -1).type_as(x))
         e0 = self.time_projection(e).unflatten(1, (6, cfg.dim)).unflatten(0, timestep.shape)  # (B, F, 6, dim)
         # 3. RoPE rotations for this chunk's absolute positions
-        if frame_positions is None:
-            frame_positions = torch.arange(start_frame, start_frame + grid[0], device="cpu")
-        if frame_positions.dim() == 2:  # batched streams at different positions: one table per row
-            freqs = torch.stack([self.rope.freqs(row, grid[1], grid[2], x.device) for row in frame_positions])
-        else:
-            freqs = self.rope.freqs(frame_positions, grid[1], grid[2], x.device)
+        freqs = rope_freqs if rope_freqs is not None else self.chunk_freqs(grid, start_frame, frame_positions, x.device)
         sp = self.sequence_parallel
         if sp is not None and freqs.dim() == 5:
             raise BackendUnavailableError("sequence parallelism does not run batched streams at different positions")
@@ -397,6 +417,7 @@ def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> Caus
     """
     for block in model.blocks:
         block.compile(mode=mode, dynamic=False)
+    model.compile_mode = mode or "default"  # read by the CUDA-graph runner (its own graphs clash with cudagraph modes)
     return model
 
 

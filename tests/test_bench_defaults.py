@@ -1,0 +1,102 @@
+"""The benchmark measures what users run: its defaults equal load_world_model's on CUDA (issue #19).
+
+Checked on the CPU: the loader's signature defaults, the family the protocol's model belongs to
+(Self-Forcing's Wan 2.1 1.3B), and the Wan VAE decode options the loader gives a VAE on a CUDA device
+(its file loading stubbed, since there is no GPU here) against `BenchConfig()`, the `inferix bench` flags
+left at their defaults, and what the benchmark builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from types import SimpleNamespace
+
+import torch
+
+from inferix_core.benchmark import DTYPES, BenchConfig, bench_sampling, bench_vae_decode_options
+from inferix_core.cache import KVCacheConfig
+from inferix_core.commands import bench as bench_command
+from inferix_core.models import registry
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
+from inferix_core.models.wan.config import WanConfig
+from inferix_core.vae import WanVAE, WanVAEConfig
+from inferix_core.vae.config import VAEDecodeOptions
+
+CUDA = torch.device("cuda")
+SAME_NAME = ("attention", "fp8", "fp8_weights", "compile", "cuda_graphs", "resident_blocks")
+
+
+def _cli_defaults() -> BenchConfig:
+    parser = argparse.ArgumentParser()
+    bench_command.register(parser.add_subparsers())
+    return bench_command.bench_config(parser.parse_args(["bench"]))
+
+
+def test_bench_config_defaults_are_the_loaders():
+    loader = inspect.signature(registry.load_world_model).parameters
+    for cfg in (BenchConfig(), _cli_defaults()):
+        for name in SAME_NAME:
+            assert getattr(cfg, name) == loader[name].default, name
+        assert DTYPES[cfg.dtype] == registry.resolve_dtype(loader["dtype"].default, CUDA)
+        assert cfg.device == "cuda"
+        family = registry.FAMILIES["self_forcing"]  # the protocol's model: Self-Forcing's Wan 2.1 T2V 1.3B
+        assert bench_sampling(cfg) == family.sampling
+        assert KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames) == family.cache
+    assert _cli_defaults() == BenchConfig()
+
+
+def test_the_wan_vae_decodes_with_the_loaders_cuda_options(monkeypatch):
+    """What `_load_vae` and `load_world_model(compile=...)` give a Wan VAE on CUDA is what the benchmark uses."""
+    monkeypatch.setattr(
+        WanVAE, "from_file", classmethod(lambda cls, path, device=None, dtype=None: WanVAE(WanVAEConfig(dim=4)))
+    )
+    for compile in (False, True):
+        vae = registry._load_vae("wan_2.1_vae.safetensors", CUDA, torch.bfloat16)
+        world = SimpleNamespace(vae=vae, device=CUDA, transformer=CausalWanTransformer(WanConfig(
+            dim=32, ffn_dim=64, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=1)))  # fmt: skip
+        registry._maybe_compile(world, compile)
+        loader = world.vae.decode_options
+        assert loader == VAEDecodeOptions.fast(compile=compile)
+        assert bench_vae_decode_options(BenchConfig(compile=compile, vae_decode=True)) == loader
+    assert registry._load_vae("x", torch.device("cpu"), torch.float32).decode_options is None  # CPU: reference path
+    assert bench_vae_decode_options(BenchConfig(device="cpu")) is None
+    assert bench_vae_decode_options(BenchConfig(vae_fast=False)) is None  # --vae-reference / the vaeref variant
+    assert bench_vae_decode_options(BenchConfig(vae_fast=True, compile=True)) == VAEDecodeOptions.fast()
+
+
+def test_bench_cuda_graphs_flag_on_cpu_is_refused_and_reported(tmp_path, capsys):
+    """`inferix bench --cuda-graphs` on the CPU runs eagerly and says so in the table and the JSON."""
+    import json
+
+    from inferix_core.cli import main
+
+    out = tmp_path / "bench.json"
+    args = ["bench", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--latent-frames", "6"]
+    assert main([*args, "--warmup", "0", "--repeats", "1", "--cuda-graphs", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["cuda_graphs"] is True and result["cuda_graphs"] is None
+    assert result["attention_effective"] == "sdpa"
+    assert "on, refused" in capsys.readouterr().out
+
+
+def test_bench_variants_run_each_lever_and_name_unknown_parts(tmp_path, capsys):
+    import json
+
+    import pytest
+
+    from inferix_core.benchmark import variant_options
+    from inferix_core.cli import main
+    from inferix_core.errors import ConfigError
+
+    assert variant_options("compile+graphs") == {"compile": True, "cuda_graphs": True}
+    with pytest.raises(ConfigError, match="unknown variant part 'graph'"):
+        variant_options("compile+graph")
+    out = tmp_path / "variants.json"
+    args = ["bench", "--preset", "tiny", "--device", "cpu", "--dtype", "fp32", "--latent-frames", "6"]
+    assert main([*args, "--warmup", "0", "--repeats", "1", "--variants", "eager,graphs", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["variants"]
+    assert [r["variant"] for r in rows] == ["eager", "graphs"]
+    assert rows[0]["config"]["cuda_graphs"] is False and rows[1]["config"]["cuda_graphs"] is True
+    text = capsys.readouterr().out
+    assert "graphs" in text and "on, refused" in text and "x of eager" in text
