@@ -27,7 +27,16 @@ from .image_world import MatrixGameInputs, takes_start_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
-from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
+from .schedules import (
+    SCENE_CUT_PREFIX,
+    ActionSchedule,
+    PromptSchedule,
+    block_at,
+    block_timing,
+    seconds_per_block,
+    seconds_to_blocks,
+    shot_entries,
+)
 from .vae.overlap import to_uint8_frames
 
 log = logging.getLogger(__name__)
@@ -252,20 +261,8 @@ def _actions_for_run(
     return actions_to_tensor(world_model, actions, num_initial + num_blocks * sampling.block_frames)
 
 
-# LongLive 2.0 marks the first block of a new shot by this prefix (NVlabs/LongLive utils/dataset.py); its
-# pipeline then pins that block as a shot sink and offsets RoPE, which the engine does not do yet.
-LONGLIVE2_SCENE_CUT_PREFIX = "The scene transitions. "
-
-
-def _refuse_shot_switches(world_model: WorldModel, prompt) -> None:
-    """A LongLive 2.0 shot switch would run as a plain prompt switch, which is not the authors' result: refuse it."""
-    if world_model.family != "longlive2" or not isinstance(prompt, PromptSchedule):
-        return
-    if any(str(p).startswith(LONGLIVE2_SCENE_CUT_PREFIX) for _, p in prompt.entries[1:]):
-        raise ConfigError(
-            f"LongLive 2.0 shot switches (prompts starting with '{LONGLIVE2_SCENE_CUT_PREFIX.strip()}') need pinned "
-            "shot sinks and a RoPE offset, not supported yet (docs/wan22.md); drop the prefix for a plain prompt switch"
-        )
+# LongLive 2.0's scene-cut prefix (kept under this name for callers of the API)
+LONGLIVE2_SCENE_CUT_PREFIX = SCENE_CUT_PREFIX
 
 
 def generate_video(
@@ -319,7 +316,10 @@ def generate_video(
         lat_h, lat_w = latent_size(world_model, width, height)
         timing = block_timing(world_model, sampling)
         switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
-        _refuse_shot_switches(world_model, prompt)
+        entries = list(zip(switches, [p for _, p in prompt.entries[1:]])) if switches else []
+        shots: tuple[int, ...] = ()
+        if sampling.shot_sinks or sampling.shot_rope_offset:  # LongLive 2.0: prefixed prompts start shots
+            entries, shots = shot_entries(entries, num_blocks)
         clean_first = None
         if start_frames is not None:
             if initial_latents is not None:
@@ -373,7 +373,7 @@ def generate_video(
             context, schedule = image_inputs.visual_context, []
         elif isinstance(prompt, PromptSchedule):
             context = encode_prompt(world_model, prompt.entries[0][1])
-            schedule = [(b, encode_prompt(world_model, p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
+            schedule = [(b, encode_prompt(world_model, p)) for b, p in entries]
         else:
             context, schedule = encode_prompt(world_model, prompt), []
     request = GenerationRequest(
@@ -387,6 +387,7 @@ def generate_video(
         initial_latents=initial_latents,
         recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
         clean_first_latents=clean_first,
+        shot_blocks=shots,
     )
     pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
     # 3. a streaming decoder that keeps its causal cache across blocks

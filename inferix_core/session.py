@@ -29,6 +29,7 @@ from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
 from .profiling import NullProfiler
+from .schedules import SCENE_CUT_PREFIX
 from .sinks.live import InputQueue
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,19 @@ class InteractiveSession:
         clip_vision: Any = None,
     ):
         self.world_model = world_model
+        sampling = sampling or world_model.sampling
+        # LongLive 2.0 (shot sinks / shot RoPE offset): a prompt starting with SCENE_CUT_PREFIX starts a shot, and
+        # their pipeline switches prompts without a re-cache, so every switch is hard (and the shot cache has no
+        # restart for one)
+        self._shots = bool(sampling.shot_sinks or sampling.shot_rope_offset)
+        if self._shots and not hard_switch:
+            log.info(
+                "%s switches prompts without a re-cache (its authors' pipeline): hard switches", world_model.family
+            )
+            hard_switch = True
         self.hard_switch = hard_switch
+        self._new_shot = False  # the coming block starts a shot
+        self._shot_caption: str | None = None  # the shot's bare caption, for its blocks after the first
         self.recache_style = recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
         if self.recache_style not in RECACHE_STYLES:
             raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
@@ -143,9 +156,7 @@ class InteractiveSession:
             }
         )
         lat_h, lat_w = latent_size(world_model, width, height)
-        self.pipeline = BlockDiffusionPipeline(
-            world_model.transformer, sampling or world_model.sampling, cache or world_model.default_cache
-        )
+        self.pipeline = BlockDiffusionPipeline(world_model.transformer, sampling, cache or world_model.default_cache)
         with self.profiler.stage("text_encode"):
             if self._image is not None:  # the start image's CLIP tokens take the place of text
                 context = self._image.visual_context
@@ -237,6 +248,8 @@ class InteractiveSession:
             raise ConfigError("this session is closed; start a new InteractiveSession")
         # 1. the block boundary: apply queued inputs in order
         new_prompts = self._apply_inputs()
+        if self._shot_caption is not None and not self._new_shot and not new_prompts and not self.paused:
+            self._caption_after_shot_start()
         recache_s = self._switch_prompt(new_prompts) if new_prompts else 0.0  # while paused too: resume under it
         if self.stopped or self.paused:
             return None
@@ -256,7 +269,8 @@ class InteractiveSession:
         else:
             action = None if name is None else actions_to_tensor(self.world_model, [name], n)
         # 3. denoise the block and write its clean K/V
-        out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler))
+        new_shot, self._new_shot = self._new_shot, False
+        out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler), new_shot=new_shot)
         self._last_action = name if name is not None else self._last_action
         self.action_log.append(name)
         self._remember(out.start_frame, out.latents, action)
@@ -385,6 +399,9 @@ class InteractiveSession:
         for text in texts:
             self.prompt_log.append((block, text))
             log.info("prompt from block %d: %r", block, text[:60])
+        self._new_shot, self._shot_caption = False, None
+        if self._shots and block > 0 and texts[-1].startswith(SCENE_CUT_PREFIX):  # their _is_shot_boundary
+            self._new_shot, self._shot_caption = True, texts[-1][len(SCENE_CUT_PREFIX) :]
         with self.profiler.stage("text_encode"):
             context = self._encode(texts[-1])
         self.prompt = texts[-1]
@@ -397,6 +414,14 @@ class InteractiveSession:
             with self.profiler.stage("recache"):
                 self.recache()
         return time.perf_counter() - t0
+
+    def _caption_after_shot_start(self) -> None:
+        """The shot's later blocks are conditioned on its bare caption, as LongLive 2.0's data lays shots out."""
+        caption, self._shot_caption = self._shot_caption, None
+        with self.profiler.stage("text_encode"):
+            self._context = self._encode(caption)
+        self.pipeline.set_prompt(self.state, self._context)
+        self.prompt = caption
 
     @torch.no_grad()
     def recache(self) -> bool:
