@@ -10,6 +10,7 @@ or read keys: `inferix play` (commands/play.py) wires a LiveView to it. See docs
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -22,8 +23,10 @@ import torch
 
 from .api import ProfiledHooks, actions_to_tensor, encode_prompt, kv_cache_numbers, latent_size, pixels_to_uint8
 from .cache import KVCacheConfig
+from .conditioning import encode_start_frames
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
+from .image_conditioning import resized_image_frames
 from .image_world import MatrixGameInputs, takes_start_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, SamplingConfig
@@ -134,7 +137,11 @@ class InteractiveSession:
         # image-started keyboard/mouse models: start-image conditioning, an action track and live controls
         self._image: MatrixGameInputs | None = None
         self._controls: LiveControls | None = None
-        if start_image is not None or takes_start_image(world_model):
+        ti2v_start = start_image is not None and world_model.config.model_type == "ti2v"
+        if ti2v_start:  # Wan 2.2 TI2V / LongLive 2.0: the image is the clean first latent of block 0 (below)
+            if clip_vision is not None:
+                log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
+        elif start_image is not None or takes_start_image(world_model):
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
         spec = self._image.spec if self._image is not None else None
@@ -165,6 +172,10 @@ class InteractiveSession:
             else:
                 context = self._encode(prompt)
         self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed))
+        if ti2v_start:  # as generate_video's start_frames for a TI2V model: one frame, encoded by the VAE
+            one = dataclasses.replace(self.pipeline.sampling, block_frames=1)
+            frames = resized_image_frames(start_image, height, width)
+            self.state.clean_prefix = encode_start_frames(world_model, frames, width, height, one)
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks

@@ -256,15 +256,15 @@ GRAPHS: dict[str, tuple[str, list[tuple[int, str, dict[str, Any], dict[str, tupl
         [LONGLIVE2, WAN22_VAE, UMT5],
     ),
     "longlive2_i2v": (
-        "LongLive 2.0 image-to-video (Wan 2.2 TI2V-5B, 704x1280, 24 fps): the image, scaled and centre-cropped to "
-        "1280x704, is the clean first latent (ComfyUI)",
+        "LongLive 2.0 image-to-video (Wan 2.2 TI2V-5B, 704x1280, 24 fps): the image, resized to 1280x704 without a "
+        "crop as the authors do, is the clean first latent (ComfyUI)",
         [
             (1, "InferixLoadWorldModel", LL2_LOADER, {}),
             (2, "LoadImage", {"image": "example.png"}, {}),
             (
                 3,
                 "ImageScale",
-                {"upscale_method": "lanczos", "width": 1280, "height": 704, "crop": "center"},
+                {"upscale_method": "lanczos", "width": 1280, "height": 704, "crop": "disabled"},
                 {"image": (2, 0)},
             ),
             (4, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/longlive2_i2v"}, {}),
