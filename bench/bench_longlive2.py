@@ -12,10 +12,13 @@ Measured per side (CUDA events, warm-up then median of the repeats):
 * end to end: with the Wan 2.2 VAE (random weights) decoding to pixels. Theirs decodes the whole video at
   the end (`streaming_vae: false`, as inference.yaml ships), so its first frame is its total; ours
   stream-decodes each block as it is clean, so the first frame comes after block 0;
-* peak GPU memory; then ours with FP8 block linears (`--fp8`).
+* peak GPU memory; then ours with regional `torch.compile` of the blocks (`--compile`, as `load_world_model(...,
+  compile=True)`: `compile_blocks`; the first compiled run's time is recorded as `compile_cold_start_s`, the
+  warm-up absorbs it) and with FP8 block linears (`--fp8`, on top of the compiled blocks when both are given).
 FPS counts pixel frames: F latent frames → 1 + 4·(F − 1).
 
     PYTHONPATH=.:/tmp/refsite python bench/bench_longlive2.py --reference-dir /path/to/LongLive --fp8 --json ll2.json
+    python bench/bench_longlive2.py --compile --warmup 1 --repeats 3 --json ll2_compile.json   # ours, eager then compiled
     python bench/bench_longlive2.py --smoke          # CPU, tiny sizes, ours only (tests/test_bench_longlive2.py)
 """
 
@@ -95,6 +98,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fp8", action="store_true", help="also run ours with FP8 block linears")
+    ap.add_argument("--compile", action="store_true", help="also run ours with torch.compile'd blocks (compile_blocks)")
+    ap.add_argument("--compile-mode", default=None, help="torch.compile mode (default: its default)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny sizes (the protocol, not the numbers)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -125,6 +130,8 @@ def main() -> None:
             "latent": [frames, mc.in_dim, h, w], "pixels": [pixel_frames, h * 16, w * 16], "block_frames": block,
             "window": window, "sink": sink, "steps": list(sampling.denoising_steps), "solver": sampling.solver,
             "dtype": str(dtype), "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+            "compile": args.compile, "compile_mode": args.compile_mode, "fp8": args.fp8,
+            "warmup": args.warmup, "repeats": args.repeats,
         },
     }  # fmt: skip
 
@@ -197,21 +204,36 @@ def main() -> None:
     pipe = BlockDiffusionPipeline(model, sampling, cache)
     result["ours_diffusion"] = _measure(ours(False, pipe), timer, args.warmup, args.repeats)
     result["ours_end_to_end"] = _measure(ours(True, pipe), timer, args.warmup, args.repeats)
+    tag = ""
+    if args.compile:
+        from inferix_core.models.wan.causal_transformer import compile_blocks
+
+        compile_blocks(model, mode=args.compile_mode)
+        tag = "_compiled"
+        start = time.perf_counter()
+        ours(False, pipe)()  # the first call compiles (one block graph shared by every block)
+        if cuda:
+            torch.cuda.synchronize()
+        result["settings"]["compile_cold_start_s"] = time.perf_counter() - start
+        result["ours_compiled_diffusion"] = _measure(ours(False, pipe), timer, args.warmup, args.repeats)
+        result["ours_compiled_end_to_end"] = _measure(ours(True, pipe), timer, args.warmup, args.repeats)
     if args.fp8:
         from inferix_core.models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model)
-        result["ours_fp8_diffusion"] = _measure(ours(False, pipe), timer, args.warmup, args.repeats)
-        result["ours_fp8_end_to_end"] = _measure(ours(True, pipe), timer, args.warmup, args.repeats)
+        result[f"ours_fp8{tag}_diffusion"] = _measure(ours(False, pipe), timer, args.warmup, args.repeats)
+        result[f"ours_fp8{tag}_end_to_end"] = _measure(ours(True, pipe), timer, args.warmup, args.repeats)
 
     print(f"LongLive 2.0-5B shape, {pixel_frames} frames at {w * 16}x{h * 16}, {result['settings']['device']}")
-    print(f"{'run':<24}{'total s':>10}{'FPS':>9}{'first frame s':>15}{'peak GiB':>10}")
+    if "compile_cold_start_s" in result["settings"]:
+        print(f"torch.compile cold start (first compiled run): {result['settings']['compile_cold_start_s']:.1f} s")
+    print(f"{'run':<28}{'total s':>10}{'FPS':>9}{'first frame s':>15}{'peak GiB':>10}")
     for name, r in result.items():
         if name == "settings":
             continue
         r["fps"] = pixel_frames / r["total_s"]
         peak = f"{r['peak_gib']:.2f}" if r["peak_gib"] is not None else "-"
-        print(f"{name:<24}{r['total_s']:>10.3f}{r['fps']:>9.2f}{r['first_frame_s']:>15.3f}{peak:>10}")
+        print(f"{name:<28}{r['total_s']:>10.3f}{r['fps']:>9.2f}{r['first_frame_s']:>15.3f}{peak:>10}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))

@@ -27,7 +27,16 @@ from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_im
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
-from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
+from .schedules import (
+    SCENE_CUT_PREFIX,
+    ActionSchedule,
+    PromptSchedule,
+    block_at,
+    block_timing,
+    seconds_per_block,
+    seconds_to_blocks,
+    shot_entries,
+)
 from .vae.overlap import to_uint8_frames
 from .vae.pixel_window import PixelWindowEncoder
 
@@ -274,20 +283,8 @@ def _actions_for_run(
     return actions_to_tensor(world_model, actions, num_initial + num_blocks * sampling.block_frames)
 
 
-# LongLive 2.0 marks the first block of a new shot by this prefix (NVlabs/LongLive utils/dataset.py); its
-# pipeline then pins that block as a shot sink and offsets RoPE, which the engine does not do yet.
-LONGLIVE2_SCENE_CUT_PREFIX = "The scene transitions. "
-
-
-def _refuse_shot_switches(world_model: WorldModel, prompt) -> None:
-    """A LongLive 2.0 shot switch would run as a plain prompt switch, which is not the authors' result: refuse it."""
-    if world_model.family != "longlive2" or not isinstance(prompt, PromptSchedule):
-        return
-    if any(str(p).startswith(LONGLIVE2_SCENE_CUT_PREFIX) for _, p in prompt.entries[1:]):
-        raise ConfigError(
-            f"LongLive 2.0 shot switches (prompts starting with '{LONGLIVE2_SCENE_CUT_PREFIX.strip()}') need pinned "
-            "shot sinks and a RoPE offset, not supported yet (docs/wan22.md); drop the prefix for a plain prompt switch"
-        )
+# LongLive 2.0's scene-cut prefix (kept under this name for callers of the API)
+LONGLIVE2_SCENE_CUT_PREFIX = SCENE_CUT_PREFIX
 
 
 def choose_decoder(world_model: Any, decoder: str = "vae") -> Any:
@@ -357,14 +354,15 @@ def encode_run_prompt(
     world_model: WorldModel,
     prompt: str | torch.Tensor | PromptSchedule,
     image_inputs: MatrixGameInputs | StartImageInputs | None,
-    switches: Sequence[int] = (),
     encode: Callable[[str], torch.Tensor] | None = None,
+    *,
+    entries: Sequence[tuple[int, str]] = (),
 ) -> tuple[torch.Tensor, list[tuple[int, torch.Tensor]]]:
     """A run's conditioning (context, [(block, context)] of the prompt switches).
 
     An image-started model's start-image CLIP tokens take the place of text (its prompt is ignored, with
     a log line). Otherwise the prompt is encoded: text by `encode` (default `encode_prompt`), an embedding
-    as it is, a schedule entry by entry at its `switches` blocks.
+    as it is, a schedule's first prompt now and each (block, prompt) of `entries` for its switch.
     """
     if isinstance(image_inputs, MatrixGameInputs):
         if isinstance(prompt, torch.Tensor) or prompt:
@@ -372,8 +370,7 @@ def encode_run_prompt(
         return image_inputs.visual_context, []
     text = encode or functools.partial(encode_prompt, world_model)
     if isinstance(prompt, PromptSchedule):
-        first = text(prompt.entries[0][1])
-        return first, [(b, text(p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
+        return text(prompt.entries[0][1]), [(b, text(p)) for b, p in entries]
     if isinstance(prompt, torch.Tensor):
         return encode_prompt(world_model, prompt), []
     return text(prompt), []
@@ -415,7 +412,8 @@ class _RunInputs:
 
     lat_h: int
     lat_w: int
-    switches: list[int]  # block of every prompt-schedule entry after the first
+    entries: list[tuple[int, str]]  # (block, prompt) of every prompt-schedule switch after the first
+    shots: tuple[int, ...]  # LongLive 2.0: the blocks that start a new shot (pinned shot sink, RoPE offset)
     initial_latents: torch.Tensor | None  # given frames to continue from (B, F0, C, h, w)
     clean_first: torch.Tensor | None  # TI2V image start: the clean first latent of block 0
     image_inputs: MatrixGameInputs | StartImageInputs | None  # image-started models (Matrix-Game, Wan 2.1 I2V)
@@ -455,7 +453,10 @@ def _resolve_inputs(
     lat_h, lat_w = latent_size(world_model, width, height)
     timing = block_timing(world_model, sampling)
     switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
-    _refuse_shot_switches(world_model, prompt)
+    entries = list(zip(switches, [p for _, p in prompt.entries[1:]])) if switches else []
+    shots: tuple[int, ...] = ()
+    if sampling.shot_sinks or sampling.shot_rope_offset:  # LongLive 2.0: prefixed prompts start shots
+        entries, shots = shot_entries(entries, num_blocks)
     initial_latents, clean_first = _start_latents(world_model, start_frames, initial_latents, width, height, sampling)
     num_initial = 0 if initial_latents is None else initial_latents.shape[1]
     image_inputs = None
@@ -479,7 +480,7 @@ def _resolve_inputs(
         )
     else:
         per_block = _actions_for_run(world_model, actions, num_blocks, num_initial, sampling)
-    return _RunInputs(lat_h, lat_w, switches, initial_latents, clean_first, image_inputs, per_block)
+    return _RunInputs(lat_h, lat_w, entries, shots, initial_latents, clean_first, image_inputs, per_block)
 
 
 def _run_info(world_model: WorldModel, width: int, height: int, num_blocks: int, seed: int, sampling, cache) -> dict:
@@ -603,7 +604,7 @@ def generate_video(
         prof.on_run_start(_run_info(world_model, width, height, num_blocks, seed, sampling, cache))
         # 2. text conditioning (or an image model's CLIP tokens)
         with prof.stage("text_encode"):
-            context, schedule = encode_run_prompt(world_model, prompt, run.image_inputs, run.switches)
+            context, schedule = encode_run_prompt(world_model, prompt, run.image_inputs, entries=run.entries)
         request = GenerationRequest(
             num_blocks=num_blocks,
             latent_height=run.lat_h,
@@ -616,6 +617,7 @@ def generate_video(
             recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
             clean_first_latents=run.clean_first,
             image_context=run.image_inputs.visual_context if isinstance(run.image_inputs, StartImageInputs) else None,
+            shot_blocks=run.shots,
         )
         pipe = run_pipeline(world_model, sampling, cache, first_frame_encoder)
         # 3. a streaming decoder that keeps its causal cache across blocks

@@ -91,6 +91,26 @@ def start_image_pixels(image: Any, height: int = 352, width: int = 640) -> torch
     return x.sub(0.5).div(0.5).unsqueeze(0)  # Normalize(mean 0.5, std 0.5)
 
 
+def resized_image_frames(image: Any, height: int, width: int) -> torch.Tensor:
+    """A start image as LongLive 2.0 reads one: [1, height, width, 3] float in 0..1, resized without a crop.
+
+    NVlabs/LongLive main `utils/dataset.py` `ImagePromptDataset`: `/255`, then torchvision
+    `Resize((H, W), antialias=True)` on the tensor (bilinear with antialiasing, the aspect is not kept),
+    then `Normalize(0.5, 0.5)` (left to `conditioning.encode_start_frames`, which takes 0..1 frames).
+    """
+    pil = _to_pil(image)
+    channels = pil if isinstance(pil, list) else [pil]
+    if len(channels) == 1:
+        x = torch.from_numpy(np.asarray(channels[0], dtype=np.uint8).copy()).permute(2, 0, 1).float().div(255)
+    else:
+        x = torch.stack([torch.from_numpy(np.asarray(c, dtype=np.float32).copy()) for c in channels])
+    if tuple(x.shape[1:]) != (height, width):
+        x = torch.nn.functional.interpolate(
+            x.unsqueeze(0), size=(height, width), mode="bilinear", antialias=True, align_corners=False
+        )[0]
+    return x.permute(1, 2, 0).unsqueeze(0)
+
+
 class StartImageLatents:
     """`cond_concat` of an image-started run, [1, 4 + z_dim, F, h, w], built as far as it is asked for.
 

@@ -117,6 +117,32 @@ class PromptSchedule:
         return blocks
 
 
+# LongLive 2.0 marks the first block of a new shot by this prefix (NVlabs/LongLive main utils/dataset.py
+# DEFAULT_SCENE_CUT_PREFIX; their pipeline's `_is_shot_boundary` tests it per block).
+SCENE_CUT_PREFIX = "The scene transitions. "
+
+
+def shot_entries(
+    entries: list[tuple[int, str | torch.Tensor]], num_blocks: int, prefix: str = SCENE_CUT_PREFIX
+) -> tuple[list[tuple[int, str | torch.Tensor]], tuple[int, ...]]:
+    """Prompt switches (block, prompt) → the per-block prompts of LongLive 2.0's shot layout, and the shot blocks.
+
+    A prompt starting with `prefix` starts a shot at its block. As their dataset lays shots out
+    (utils/dataset.py `_apply_shot_durations`), only the shot's first block is conditioned on the prefixed
+    text; its later blocks get the bare caption, so a second switch to the caption is added one block later.
+    """
+    out: list[tuple[int, str | torch.Tensor]] = []
+    shots: list[int] = []
+    for i, (block, text) in enumerate(entries):
+        out.append((block, text))
+        if isinstance(text, str) and text.startswith(prefix):
+            shots.append(block)
+            following = entries[i + 1][0] if i + 1 < len(entries) else num_blocks
+            if block + 1 < following:
+                out.append((block + 1, text[len(prefix) :]))
+    return out, tuple(shots)
+
+
 @dataclass(frozen=True)
 class ActionSchedule:
     """Actions over time: [(seconds, action), ...], the first at 0; each holds until the next.

@@ -10,6 +10,7 @@ or read keys: `inferix play` (commands/play.py) wires a LiveView to it. See docs
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -35,13 +36,16 @@ from .api import (
 )
 from .branching import Future, LiveBranch
 from .cache import KVCacheConfig
+from .conditioning import encode_start_frames
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
+from .image_conditioning import resized_image_frames
 from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
 from .profiling import NullProfiler
+from .schedules import SCENE_CUT_PREFIX
 from .sinks.live import InputQueue
 
 log = logging.getLogger(__name__)
@@ -127,7 +131,19 @@ class InteractiveSession:
         clip_vision: Any = None,
     ):
         self.world_model = world_model
+        sampling = sampling or world_model.sampling
+        # LongLive 2.0 (shot sinks / shot RoPE offset): a prompt starting with SCENE_CUT_PREFIX starts a shot, and
+        # their pipeline switches prompts without a re-cache, so every switch is hard (and the shot cache has no
+        # restart for one)
+        self._shots = bool(sampling.shot_sinks or sampling.shot_rope_offset)
+        if self._shots and not hard_switch:
+            log.info(
+                "%s switches prompts without a re-cache (its authors' pipeline): hard switches", world_model.family
+            )
+            hard_switch = True
         self.hard_switch = hard_switch
+        self._new_shot = False  # the coming block starts a shot
+        self._shot_caption: str | None = None  # the shot's bare caption, for its blocks after the first
         self.recache_style = recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
         if self.recache_style not in RECACHE_STYLES:
             raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
@@ -138,8 +154,12 @@ class InteractiveSession:
         self._controls: LiveControls | None = None
         # Wan 2.1 I2V: the start image's cond_concat per block and its CLIP tokens beside the prompt
         self._start: StartImageInputs | None = None
+        ti2v_start = start_image is not None and world_model.config.model_type == "ti2v"
         if takes_prompt_and_image(world_model):
             self._start = StartImageInputs(world_model, start_image, width, height, clip_vision)
+        elif ti2v_start:  # Wan 2.2 TI2V / LongLive 2.0: the image is the clean first latent of block 0 (below)
+            if clip_vision is not None:
+                log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
         elif is_image_run(world_model, start_image):
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
@@ -169,6 +189,10 @@ class InteractiveSession:
             context, _ = encode_run_prompt(world_model, prompt, self._image, encode=self._encode)
         image = self._start.visual_context if self._start is not None else None
         self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed), image_context=image)
+        if ti2v_start:  # as generate_video's start_frames for a TI2V model: one frame, encoded by the VAE
+            one = dataclasses.replace(self.pipeline.sampling, block_frames=1)
+            frames = resized_image_frames(start_image, height, width)
+            self.state.clean_prefix = encode_start_frames(world_model, frames, width, height, one)
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
@@ -254,6 +278,8 @@ class InteractiveSession:
         if new_prompts and self._branch is not None:  # each future has its prompt: pick one first
             log.warning("prompt %r ignored while branched; pick a future first", new_prompts[-1][:60])
             new_prompts = []
+        if self._shot_caption is not None and not self._new_shot and not new_prompts and not self.paused:
+            self._caption_after_shot_start()
         recache_s = self._switch_prompt(new_prompts) if new_prompts else 0.0  # while paused too: resume under it
         if self.stopped or self.paused:
             return None
@@ -277,7 +303,8 @@ class InteractiveSession:
         if self._branch is not None:
             return self._branch_step(name, action)
         # 3. denoise the block and write its clean K/V
-        out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler))
+        new_shot, self._new_shot = self._new_shot, False
+        out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler), new_shot=new_shot)
         self._last_action = name if name is not None else self._last_action
         self.action_log.append(name)
         self._remember(out.start_frame, out.latents, action)
@@ -406,6 +433,9 @@ class InteractiveSession:
         for text in texts:
             self.prompt_log.append((block, text))
             log.info("prompt from block %d: %r", block, text[:60])
+        self._new_shot, self._shot_caption = False, None
+        if self._shots and block > 0 and texts[-1].startswith(SCENE_CUT_PREFIX):  # their _is_shot_boundary
+            self._new_shot, self._shot_caption = True, texts[-1][len(SCENE_CUT_PREFIX) :]
         with self.profiler.stage("text_encode"):
             context = self._encode(texts[-1])
         self.prompt = texts[-1]
@@ -418,6 +448,14 @@ class InteractiveSession:
             with self.profiler.stage("recache"):
                 self.recache()
         return time.perf_counter() - t0
+
+    def _caption_after_shot_start(self) -> None:
+        """The shot's later blocks are conditioned on its bare caption, as LongLive 2.0's data lays shots out."""
+        caption, self._shot_caption = self._shot_caption, None
+        with self.profiler.stage("text_encode"):
+            self._context = self._encode(caption)
+        self.pipeline.set_prompt(self.state, self._context)
+        self.prompt = caption
 
     @torch.no_grad()
     def recache(self) -> bool:

@@ -124,7 +124,12 @@ def save_world_state(
         "cache": cache_meta,
         "noise": noise_meta,
         "decoder": decoder_meta,
-        "position": {"next_frame": state.next_frame, "next_block": state.next_block},
+        "position": {
+            "next_frame": state.next_frame,
+            "next_block": state.next_block,
+            "shot_index": state.shot_index,
+            "rope_offset": state.rope_offset,
+        },
         "text_layers": len(state.text.keys),
         "extra": extra or {},
     }
@@ -200,6 +205,7 @@ def load_world_state(
     pipe.kv_cache = cache
     state = StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
     pipe.lease_cache(state)  # `fresh` goes away here; the cache is this state's now (CUDA-graph runners)
+    state.shot_index, state.rope_offset = pos.get("shot_index", 0), pos.get("rope_offset", 0.0)  # LongLive 2.0 shots
     return state
 
 

@@ -122,7 +122,7 @@ def test_state_of_another_model_or_setting_is_refused(tmp_path):
 def test_files_are_never_overwritten_and_bad_files_are_named(tmp_path):
     path = _saved(tmp_path)
     header, _ = read_world_state(path)
-    assert header["position"] == {"next_frame": 6, "next_block": 2}
+    assert header["position"] == {"next_frame": 6, "next_block": 2, "shot_index": 0, "rope_offset": 0.0}
     model = _model()
     pipe = BlockDiffusionPipeline(model, SamplingConfig(), CACHES["ring_window_sink"])
     state = pipe.start_stream(torch.randn(1, 4, 8), H, W)
@@ -169,4 +169,26 @@ def test_resume_after_a_kv_recache(tmp_path, name):
     resumed = load_world_state(path, other, identity=model_identity(other.model, "test"))
     out = [other.denoise_block(resumed, actions[:, 3 * b : 3 * b + 3]).latents for b in range(5, 9)]
     for a, b in zip(uninterrupted, out, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_resume_after_a_shot_pin_equals_never_stopping(tmp_path):
+    """LongLive 2.0 shots (shot sinks + RoPE offset): the pinned cache and the shot's RoPE offset resume too."""
+    model, (prompts, actions) = _model(), _inputs()
+    sampling = SamplingConfig(shot_sinks=True, shot_rope_offset=3.0)
+    cache = KVCacheConfig(window_frames=8, sink_frames=2)  # the pin reaches the sink at block 3 and stays
+    pipe = BlockDiffusionPipeline(model, sampling, cache)
+    state = pipe.start_stream(prompts[0], H, W, seed=5)
+
+    def run(pipe, state, blocks):
+        return [pipe.denoise_block(state, actions[:, 3 * b : 3 * b + 3], new_shot=b in (2, 6)).latents for b in blocks]
+
+    run(pipe, state, range(4))
+    assert state.cache.has_pin and state.cache.pin_position == 2 and state.shot_index == 1
+    path = save_world_state(tmp_path / "w.safetensors", pipe, state, identity=model_identity(model, "test"))
+    uninterrupted = run(pipe, state, range(4, 9))
+    other = BlockDiffusionPipeline(_model(), sampling, cache)
+    resumed = load_world_state(path, other, identity=model_identity(other.model, "test"))
+    assert (resumed.shot_index, resumed.rope_offset) == (1, 3.0)
+    for a, b in zip(uninterrupted, run(other, resumed, range(4, 9)), strict=True):
         assert torch.equal(a, b)

@@ -201,8 +201,28 @@ class CoreCLIPVisionLoader:
         return {"required": {"clip_name": ("STRING", {"default": CLIP_VISION_H["name"]})}}
 
 
-# core ComfyUI nodes the Matrix-Game workflows use: they open in ComfyUI, not in `inferix run`
-CORE_NODE_CLASSES = {"LoadImage": CoreLoadImage, "CLIPVisionLoader": CoreCLIPVisionLoader}
+class CoreImageScale:
+    """Interface of ComfyUI's core Upscale Image (nodes.py ImageScale), for building and validating files."""
+
+    RETURN_TYPES = ("IMAGE",)
+    RETURN_NAMES = ("IMAGE",)
+    FUNCTION = "upscale"
+
+    @classmethod
+    def INPUT_TYPES(cls):  # noqa: N802 - ComfyUI's V1 name
+        return {
+            "required": {
+                "image": ("IMAGE",),
+                "upscale_method": (["nearest-exact", "bilinear", "area", "bicubic", "lanczos"],),
+                "width": ("INT", {"default": 512, "min": 0, "max": 16384, "step": 1}),
+                "height": ("INT", {"default": 512, "min": 0, "max": 16384, "step": 1}),
+                "crop": (["disabled", "center"],),
+            }
+        }
+
+
+# core ComfyUI nodes the Matrix-Game and LongLive 2.0 I2V workflows use: they open in ComfyUI, not in `inferix run`
+CORE_NODE_CLASSES = {"LoadImage": CoreLoadImage, "CLIPVisionLoader": CoreCLIPVisionLoader, "ImageScale": CoreImageScale}
 
 # name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
 GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
@@ -251,6 +271,41 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
             ),
             stream_out(3, "inferix/longlive2", 2, fps=24.0),
             (4, "InferixProfileReport", {}, {"video": (2, 2)}),
+        ],
+        [LONGLIVE2, WAN22_VAE, UMT5],
+    ),
+    "longlive2_i2v": (
+        "LongLive 2.0 image-to-video (Wan 2.2 TI2V-5B, 704x1280, 24 fps): the image, resized to 1280x704 without a "
+        "crop as the authors do, is the clean first latent (ComfyUI)",
+        [
+            (1, "InferixLoadWorldModel", LL2_LOADER, {}),
+            (2, "LoadImage", {"image": "example.png"}, {}),
+            (
+                3,
+                "ImageScale",
+                {"upscale_method": "lanczos", "width": 1280, "height": 704, "crop": "disabled"},
+                {"image": (2, 0)},
+            ),
+            (4, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/longlive2_i2v"}, {}),
+            (
+                5,
+                "InferixBlockDenoise",
+                {
+                    **DENOISE,
+                    "prompt": "the camera slowly pushes in as the scene comes to life, cinematic",
+                    "num_blocks": 6,
+                    "width": 1280,
+                    "height": 704,
+                    "denoising_steps": "",  # the family's UniPC timesteps
+                },
+                {"world_model": (1, 0), "stream": (4, 0), "start_frames": (3, 0)},
+            ),
+            (
+                6,
+                "InferixStreamOut",
+                {**STREAM_OUT, "fps": 24.0, "filename_prefix": "inferix/longlive2_i2v"},
+                {"video": (5, 2)},
+            ),
         ],
         [LONGLIVE2, WAN22_VAE, UMT5],
     ),

@@ -13,6 +13,7 @@ from .planner import MemoryPlan, plan_memory
 from .pool import BlockPool
 from .quant import QuantizedKVCache
 from .ring import RingKVCache
+from .shots import ShotSinkKVCache
 from .spec import KVCacheConfig, KVCacheSpec
 from .table import BlockTable
 
@@ -28,11 +29,12 @@ __all__ = [
     "PagedKVCache",
     "QuantizedKVCache",
     "RingKVCache",
+    "ShotSinkKVCache",
     "create_kv_cache",
     "plan_memory",
 ]
 
 
-def create_kv_cache(config: KVCacheConfig, spec: KVCacheSpec) -> KVCache:
-    """Build the cache implementation the config asks for."""
-    return build_cache(config, spec)
+def create_kv_cache(config: KVCacheConfig, spec: KVCacheSpec, shot_sinks: bool = False) -> KVCache:
+    """Build the cache implementation the config asks for (shot_sinks: one that can pin shots, shots.py)."""
+    return build_cache(config, spec, shot_sinks)

@@ -19,6 +19,7 @@ import torch
 from ..errors import ConfigError
 from .paged import DenseStore, PagedKVCache
 from .ring import RingKVCache
+from .shots import ShotSinkKVCache
 from .spec import KVCacheConfig, KVCacheSpec
 
 Snapshot = tuple[dict[str, torch.Tensor], dict[str, Any]]  # tensors, JSON-able bookkeeping
@@ -54,6 +55,25 @@ def _ring_restore(cache: RingKVCache, tensors: dict, meta: dict) -> None:
     for c in _COUNTERS:
         setattr(cache, c, meta[c])
     cache.window_origin = meta["window_origin"]
+
+
+def _shot_snapshot(cache: ShotSinkKVCache) -> Snapshot:
+    meta = {c: getattr(cache, c) for c in _COUNTERS}
+    meta.update(
+        kind="shot_sink", order=list(cache._order), slots=[[f, s] for f, s in cache._slot.items()],
+        free=list(cache._free), pin_position=cache.pin_position, pin_frames=cache.pin_frames, num_pins=cache.num_pins,
+    )  # fmt: skip
+    return _buffers("", cache.k, cache.v), meta
+
+
+def _shot_restore(cache: ShotSinkKVCache, tensors: dict, meta: dict) -> None:
+    _load_buffers("", cache.k, cache.v, tensors)
+    for c in _COUNTERS:
+        setattr(cache, c, meta[c])
+    cache._order = [int(f) for f in meta["order"]]
+    cache._slot = {int(f): int(s) for f, s in meta["slots"]}
+    cache._free = [int(s) for s in meta["free"]]
+    cache.pin_position, cache.pin_frames, cache.num_pins = meta["pin_position"], meta["pin_frames"], meta["num_pins"]
 
 
 def _paged_snapshot(cache: PagedKVCache) -> Snapshot:
@@ -97,6 +117,8 @@ def snapshot_cache(cache) -> Snapshot:
     """Tensors (on their device) and bookkeeping of `cache`; see the module docstring."""
     if type(cache) is RingKVCache:
         return _ring_snapshot(cache)
+    if type(cache) is ShotSinkKVCache:
+        return _shot_snapshot(cache)
     if type(cache) is PagedKVCache:
         return _paged_snapshot(cache)
     kind = getattr(getattr(cache, "store", None), "kind", type(cache).__name__)
@@ -108,10 +130,11 @@ def snapshot_cache(cache) -> Snapshot:
 
 def restore_cache(cache, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Write a snapshot into a fresh cache built from the same KVCacheConfig and KVCacheSpec."""
-    kind = "ring" if type(cache) is RingKVCache else "paged" if type(cache) is PagedKVCache else None
+    kinds = {RingKVCache: "ring", PagedKVCache: "paged", ShotSinkKVCache: "shot_sink"}
+    kind = kinds.get(type(cache))
     if kind != meta.get("kind"):
         raise ConfigError(f"the saved KV cache is '{meta.get('kind')}' but this run builds a '{kind}' cache")
-    (_ring_restore if kind == "ring" else _paged_restore)(cache, tensors, meta)
+    {"ring": _ring_restore, "paged": _paged_restore, "shot_sink": _shot_restore}[kind](cache, tensors, meta)
 
 
 def cache_identity(config: KVCacheConfig, spec: KVCacheSpec) -> dict[str, Any]:

@@ -67,10 +67,20 @@ FAMILIES: dict[str, Family] = {
     "longlive2": Family(
         "longlive2",
         "LongLive 2.0 (Wan 2.2 TI2V-5B, 704x1280: UniPC 4 steps per 8-frame block, 32-frame window with an "
-        "8-frame sink; image start by a clean first latent; shot switches not supported yet, docs/wan22.md)",
-        SamplingConfig((999, 937, 833, 624), warp_denoising_steps=False, shift=5.0, block_frames=8, solver="unipc"),
+        "8-frame sink; image start by a clean first latent; shots: pinned shot sinks and RoPE offset, docs/wan22.md)",
+        SamplingConfig(
+            (999, 937, 833, 624),
+            warp_denoising_steps=False,
+            shift=5.0,
+            block_frames=8,
+            solver="unipc",
+            shot_sinks=True,
+            shot_rope_offset=8.0,
+        ),
         KVCacheConfig(window_frames=32, sink_frames=8),
         fps=24,
+        weights="generator",  # use_ema: false
+        reference="NVlabs/LongLive@7860ad9 (main) configs/inference.yaml, pipeline/causal_diffusion_inference.py",
     ),
     "causvid": Family(
         "causvid",

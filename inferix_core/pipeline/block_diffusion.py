@@ -78,6 +78,9 @@ class GenerationRequest:
     clean_first_latents: torch.Tensor | None = None
     # Wan 2.1 I2V: CLIP vision tokens (B, 257, clip_dim) of the start image, attended beside the prompt (`context`)
     image_context: torch.Tensor | None = None
+    # LongLive 2.0 shots: generated-block indices (>= 1) that start a new shot; with the sampling's shot settings
+    # each pins its first frames as a shot sink and shifts RoPE by one more shot_rope_offset (SamplingConfig)
+    shot_blocks: tuple[int, ...] = ()
 
 
 @dataclass
@@ -109,6 +112,8 @@ class StreamState:
     first_latent: Any = None
     recent_latents: Any = None
     clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
+    shot_index: int = 0  # shots started so far (LongLive 2.0 multi-shot)
+    rope_offset: float = 0.0  # added to the RoPE temporal position of every frame written from now on
 
 
 class FirstFrameEncoder(Protocol):
@@ -239,6 +244,9 @@ class BlockDiffusionPipeline:
         state.clean_prefix = request.clean_first_latents
 
         recache = request.recache_on_switch and bool(schedule)
+        shots = set(request.shot_blocks)
+        if 0 in shots or (shots and recache):
+            raise ConfigError("shot_blocks start at block 1 and cannot be combined with a re-cache on prompt switches")
         history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # clean blocks still in the cache
 
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
@@ -260,7 +268,7 @@ class BlockDiffusionPipeline:
                 self.set_prompt(state, context)
                 context = None
                 self.recache_window(state, history)
-            out = self.denoise_block(state, action, hooks, context=context)
+            out = self.denoise_block(state, action, hooks, context=context, new_shot=index in shots)
             if recache:
                 history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
             yield out
@@ -301,9 +309,12 @@ class BlockDiffusionPipeline:
             max_frames=max_frames,
         )
         self.kv_cache = None  # release the previous run's cache before allocating the next one
-        graphs = _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
+        shots = {"shot_sinks": True} if self.sampling.shot_sinks else {}  # a cache that can pin (cache/shots.py)
+        graphs = None if shots else _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
         base = (
-            graphs.kv_cache(self.cache_config, spec) if graphs is not None else create_kv_cache(self.cache_config, spec)
+            graphs.kv_cache(self.cache_config, spec)
+            if graphs is not None
+            else create_kv_cache(self.cache_config, spec, **shots)
         )
         cache = base
         extend = getattr(self.model, "extend_kv_cache", None)  # models with caches of their own (action modules)
@@ -381,12 +392,17 @@ class BlockDiffusionPipeline:
         action: torch.Tensor | None = None,
         hooks: PipelineHooks | None = None,
         context: torch.Tensor | None = None,
+        new_shot: bool = False,
     ) -> BlockOutput:
         """Generate the next block at `state.next_frame`, write its clean K/V, and advance the state.
 
         Args:
             action: (B, block_frames, action_dim) for action-conditioned models, used by every call of the block.
             context: a new prompt embedding from this block on (a hard switch: cached K/V are kept).
+            new_shot: the block starts a new shot (LongLive 2.0, NVlabs/LongLive main
+                pipeline/causal_diffusion_inference.py): RoPE positions from this block on get one more
+                `shot_rope_offset`, and with `shot_sinks` the block's first frames are pinned after its
+                context pass (their `_pin_current_chunk`; cache/shots.py).
         """
         hooks = hooks or PipelineHooks()
         cfg, n = self.model.config, self.sampling.block_frames
@@ -396,6 +412,10 @@ class BlockDiffusionPipeline:
         hooks.on_block_start(index, start)
         if context is not None:
             self.set_prompt(state, context)
+        if new_shot:
+            state.shot_index += 1
+            if self.sampling.shot_rope_offset:
+                state.rope_offset = state.shot_index * self.sampling.shot_rope_offset
         x = to_device_async(state.noise.initial(index * n, shape).float(), self.device)
 
         def renoise(step: int) -> torch.Tensor:
@@ -441,6 +461,8 @@ class BlockDiffusionPipeline:
             hooks.on_context_pass(index)
             with hooks.stage("context_pass"):
                 self.context_pass(state, x0, start, action)
+            if new_shot and self.sampling.shot_sinks:
+                self._pin_shot(state, start, n)
         out = BlockOutput(index, start, x0, time.perf_counter() - t0)
         hooks.on_block_end(out)
         state.next_frame, state.next_block = start + n, index + 1
@@ -482,6 +504,15 @@ class BlockDiffusionPipeline:
             self._call(state, context[:, a : a + n], 0.0, a, context[:, a : a + n].shape[1], None)
         return context.shape[1]
 
+    @staticmethod
+    def _pin_shot(state: StreamState, start: int, num_frames: int) -> None:
+        """Pin the shot's first block in the cache; a global cache evicts nothing, so it has nothing to pin."""
+        pin = getattr(state.cache, "pin_shot", None)
+        if pin is not None:
+            pin(start, num_frames)
+        elif not state.cache.config.is_global:
+            raise ConfigError(f"this KV cache ({type(state.cache).__name__}) cannot pin shot sinks")
+
     def _remember(self, state: StreamState, x0: torch.Tensor) -> None:
         k = self.sampling.kv_recompute_frames
         if state.first_latent is None:
@@ -511,9 +542,14 @@ class BlockDiffusionPipeline:
             action = to_device_async(action, self.device)
         elif action is not None:  # per-block inputs of image-started models (MatrixGameBlockInput, from image_world)
             action = action.to(self.device)
-        graphs = _graph_runner(self.model)  # captured whole calls (enable_cuda_graphs), else eager
+        extra = {}
+        if state.rope_offset:  # LongLive 2.0 shots: positions start + i + offset (their compute_temporal_freqs)
+            positions = torch.arange(start, start + num_frames, dtype=torch.float64) + state.rope_offset
+            extra["frame_positions"] = positions
+        # captured whole calls (enable_cuda_graphs), else eager; shot sinks pin frames the graphs do not key on
+        graphs = None if self.sampling.shot_sinks else _graph_runner(self.model)
         flow = (graphs or self.model)(
-            x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action
+            x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action, **extra
         )
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
 

@@ -7,6 +7,7 @@ from here without importing each other. `inferix_core.pipeline` re-exports it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -41,6 +42,12 @@ class SamplingConfig:
     # "unipc": the flow UniPC multistep solver (LongLive 2.0 / Wan 2.2), deterministic after the initial noise;
     # denoising_steps must then be its timesteps for len(steps) and shift (e.g. 4 steps, shift 5: 999,937,833,624).
     solver: str = "renoise"
+    # LongLive 2.0 multi-shot (NVlabs/LongLive main configs/inference.yaml `multi_shot_sink`,
+    # `multi_shot_rope_offset`): at the first block of each new shot (GenerationRequest.shot_blocks) the cache
+    # pins that block's first min(sink, block) frames after its context pass (cache/shots.py), and the RoPE
+    # temporal positions of that block and every later one are shifted by k * shot_rope_offset (k-th shot).
+    shot_sinks: bool = False
+    shot_rope_offset: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "denoising_steps", tuple(int(s) for s in self.denoising_steps))
@@ -56,6 +63,10 @@ class SamplingConfig:
             raise ConfigError(f"block_frames must be >= 1, got {self.block_frames}")
         if self.kv_recompute_frames < 0:
             raise ConfigError(f"kv_recompute_frames must be >= 0 (0 = off), got {self.kv_recompute_frames}")
+        if not math.isfinite(self.shot_rope_offset):
+            raise ConfigError(f"shot_rope_offset must be a finite number of frames, got {self.shot_rope_offset}")
+        if self.kv_recompute_frames and (self.shot_sinks or self.shot_rope_offset):
+            raise ConfigError("kv_recompute_frames cannot be combined with shot sinks or a shot RoPE offset")
         if self.kv_recompute_frames and self.independent_first_frame:
             raise ConfigError("kv_recompute_frames and independent_first_frame cannot be combined")
         if self.kv_recompute_frames == 1 and not self.keep_first_frame:

@@ -17,6 +17,7 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.checkpoint import load_wan_checkpoint
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.models.wan.shapes import expected_wan_shapes, infer_wan_config
+from inferix_core.pipeline.block_diffusion import SeededNoise
 
 FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("wan22_ti2v*.safetensors"))
 ATOL = 1e-4
@@ -223,17 +224,14 @@ def test_unipc_block_with_a_clean_first_latent_equals_the_loop_written_out(fx):
 
 def test_longlive2_family_is_picked_for_a_ti2v_longlive_file_and_runs_from_an_image(fx, tmp_path):
     """A LongLive file with Wan 2.2 (48-channel) weights gets the longlive2 family (UniPC 4 steps, shift 5, 8-frame
-    blocks, window 32 / sink 8, as configs/inference.yaml); one start image becomes the clean first latent; a
-    shot switch (their scene-cut prefix) is refused rather than run as a plain prompt switch."""
+    blocks, window 32 / sink 8, as configs/inference.yaml); one start image becomes the clean first latent."""
     import shutil
 
     import numpy as np
 
-    from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX, generate_video
-    from inferix_core.errors import ConfigError
+    from inferix_core.api import generate_video
     from inferix_core.models.registry import get_family, load_world_model
     from inferix_core.scheduler import FlowUniPCSolver
-    from inferix_core.schedules import PromptSchedule
 
     fam = get_family("longlive2")
     assert fam.sampling.solver == "unipc" and fam.sampling.block_frames == 8 and fam.sampling.shift == 5.0
@@ -256,6 +254,103 @@ def test_longlive2_family_is_picked_for_a_ti2v_longlive_file_and_runs_from_an_im
     assert res.frames.shape == (wm.vae.config.num_frames(2 * frames), h * s, w * s, 3)
     first = wm.vae.encode(torch.from_numpy(image).float().div(127.5).sub(1).permute(3, 0, 1, 2).unsqueeze(0))
     torch.testing.assert_close(res.latents[:, :1].float(), first.permute(0, 2, 1, 3, 4), atol=1e-5, rtol=0)
-    shots = PromptSchedule([(0.0, "a fox"), (0.5, LONGLIVE2_SCENE_CUT_PREFIX + "a wolf")])
-    with pytest.raises(ConfigError, match="shot switches"):
-        generate_video(wm, shots, num_blocks=2, width=w * s, height=h * s, sampling=sampling, decode=False)
+
+    # a shot switch (their scene-cut prefix) runs as their pipeline does: tests/pipeline/test_longlive2_parity.py
+    assert wm.sampling.shot_sinks and wm.sampling.shot_rope_offset == 8.0
+
+
+class _PromptTable:
+    """A text encoder stand-in: one fixed random embedding per prompt text (what the API encodes, and when)."""
+
+    def __init__(self, text_dim: int):
+        self.text_dim, self.table = text_dim, {}
+
+    def encode(self, prompts):
+        (p,) = prompts
+        if p not in self.table:
+            g = torch.Generator().manual_seed(len(self.table))
+            self.table[p] = torch.randn(1, 8, self.text_dim, generator=g)
+        return self.table[p]
+
+
+def test_a_shot_schedule_runs_as_their_shot_layout(fx, tmp_path):
+    """generate_video with a prompt that starts with their scene-cut prefix = the pipeline with that block as a
+    shot start (pinned shot sink, RoPE offset), the prefixed text on the shot's first block and the bare caption
+    after it (NVlabs/LongLive utils/dataset.py `_apply_shot_durations`); and it differs from a plain switch."""
+    from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX, generate_video
+    from inferix_core.cache import KVCacheConfig, ShotSinkKVCache
+    from inferix_core.models.state_dict import world_model_from_state_dict
+    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+    from inferix_core.schedules import PromptSchedule, block_timing
+
+    path, info, _, model = fx
+    sd, _, _ = load_wan_checkpoint(path)
+    wm = world_model_from_state_dict(
+        sd,
+        family="longlive2",
+        device="cpu",
+        dtype="fp32",
+        num_heads=model.config.num_heads,
+        text_len=model.config.text_len,
+    )
+    wm = dataclasses.replace(wm, text_encoder=_PromptTable(wm.config.text_dim))
+    frames, (h, w) = 2, info["latent_shape"][3:]
+    sampling = dataclasses.replace(wm.sampling, block_frames=frames)
+    cache = KVCacheConfig(window_frames=3 * frames, sink_frames=1)
+    s, timing = wm.spatial_compression, block_timing(wm, sampling)
+    cut = LONGLIVE2_SCENE_CUT_PREFIX + "a wolf"
+    shots = PromptSchedule([(0.0, "a fox"), (timing.start_seconds(2), cut)])
+    kw = dict(num_blocks=5, width=w * s, height=h * s, sampling=sampling, cache=cache, decode=False)
+    res = generate_video(wm, shots, **kw)
+
+    enc = wm.text_encoder.encode
+    pipe = BlockDiffusionPipeline(wm.transformer, sampling, cache)
+    req = GenerationRequest(
+        5, h, w, enc(["a fox"]), prompt_schedule=[(2, enc([cut])), (3, enc(["a wolf"]))], shot_blocks=(2,)
+    )
+    want = pipe.generate(req)
+    assert isinstance(pipe.kv_cache, ShotSinkKVCache) and pipe.kv_cache.num_pins == 1
+    torch.testing.assert_close(res.latents, want, atol=0, rtol=0)
+    plain = generate_video(wm, PromptSchedule([(0.0, "a fox"), (timing.start_seconds(2), "a wolf")]), **kw)
+    assert (plain.latents[:, 2 * frames :] - res.latents[:, 2 * frames :]).abs().max() > 1e-3
+
+
+def test_an_interactive_shot_switch_equals_the_scheduled_one(fx):
+    """InteractiveSession (inferix play): a prompt typed with their scene-cut prefix starts a shot at the next block,
+    the shot's later blocks get the bare caption, and switches are hard (their pipeline never re-caches)."""
+    from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX
+    from inferix_core.cache import KVCacheConfig
+    from inferix_core.models.state_dict import world_model_from_state_dict
+    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+    from inferix_core.session import InteractiveSession
+
+    path, info, _, model = fx
+    sd, _, _ = load_wan_checkpoint(path)
+    wm = world_model_from_state_dict(
+        sd,
+        family="longlive2",
+        device="cpu",
+        dtype="fp32",
+        num_heads=model.config.num_heads,
+        text_len=model.config.text_len,
+    )
+    wm = dataclasses.replace(wm, text_encoder=_PromptTable(wm.config.text_dim))
+    frames, (h, w) = 2, info["latent_shape"][3:]
+    sampling = dataclasses.replace(wm.sampling, block_frames=frames)
+    cache = KVCacheConfig(window_frames=3 * frames, sink_frames=1)
+    s, cut = wm.spatial_compression, LONGLIVE2_SCENE_CUT_PREFIX + "a wolf"
+    with InteractiveSession(
+        wm, "a fox", width=w * s, height=h * s, sampling=sampling, cache=cache, decode=False
+    ) as session:
+        assert session.hard_switch
+        blocks = [session.step().latents for _ in range(2)]
+        session.switch_prompt(cut)
+        blocks += [session.step().latents for _ in range(3)]
+        assert session.prompt == "a wolf" and session.state.cache.num_pins == 1
+    enc = wm.text_encoder.encode
+    pipe = BlockDiffusionPipeline(wm.transformer, sampling, cache)
+    req = GenerationRequest(
+        5, h, w, enc(["a fox"]), prompt_schedule=[(2, enc([cut])), (3, enc(["a wolf"]))], shot_blocks=(2,),
+        noise=SeededNoise(0),
+    )  # fmt: skip
+    torch.testing.assert_close(torch.cat(blocks, dim=1), pipe.generate(req), atol=0, rtol=0)

@@ -3,7 +3,8 @@
 tests/fixtures/longlive2_tiny*.safetensors are written by bench/fixtures/gen_longlive2.py: their
 `CausalDiffusionInferencePipeline` on a tiny random 5B-shaped model, CPU float32. Every size and setting
 comes from the fixture's `info.run`: UniPC steps and shift per block, block size, local window and sink,
-and for I2V a clean first latent.
+for I2V a clean first latent, and for multi-shot runs the blocks that start a shot (`block_shot_start`, their
+scene-cut prefix) with `multi_shot_sink` (pinned shot sinks) and `multi_shot_rope_offset`.
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def test_generation_matches_the_authors_pipeline(fx):
     info, t, model = fx
     run = info["run"]
     steps = tuple(int(v) for v in FlowUniPCSolver(run["steps"], shift=run["shift"]).timesteps)
-    sampling = SamplingConfig(steps, shift=run["shift"], block_frames=run["block_frames"], solver="unipc")
+    sampling = SamplingConfig(
+        steps, shift=run["shift"], block_frames=run["block_frames"], solver="unipc",
+        shot_sinks=run["multi_shot_sink"], shot_rope_offset=run["rope_offset"],
+    )  # fmt: skip
     cache = KVCacheConfig(window_frames=run["local_attn_size"], sink_frames=run["sink_size"])
     pipe = BlockDiffusionPipeline(model, sampling, cache)
     noise = t["noise"]
@@ -67,7 +71,23 @@ def test_generation_matches_the_authors_pipeline(fx):
     req = GenerationRequest(
         num_blocks, noise.shape[3], noise.shape[4], prompts[0], noise=FixtureNoise(noise), prompt_schedule=schedule,
         clean_first_latents=t.get("initial_latent") if run["i2v"] else None,
+        shot_blocks=tuple(run.get("block_shot_start", ())),
     )  # fmt: skip
     out = pipe.generate(req)
     assert out.shape == t["output_latents"].shape and torch.isfinite(out).all()
     torch.testing.assert_close(out, t["output_latents"], atol=ATOL, rtol=0)
+
+
+def test_shot_fixtures_exercise_a_pin_and_the_offset():
+    """The multi-shot fixtures must reach the pinned-sink state (else the test above checks nothing new)."""
+    shots = [
+        p for p in FIXTURES if json.loads(safe_open(str(p), "pt").metadata()["info"])["run"].get("block_shot_start")
+    ]
+    assert shots, "no multi-shot fixture (longlive2_tiny_shots*); run bench/fixtures/gen_longlive2.py"
+    for path in shots:
+        run = json.loads(safe_open(str(path), "pt").metadata()["info"])["run"]
+        assert run["multi_shot_sink"] and run["sink_size"] > 0 and run["rope_offset"] != 0
+        num_blocks = run["latent_frames"] // run["block_frames"]
+        # a shot whose pin outlives the window: at least two more blocks than the window holds after it
+        blocks_in_window = run["local_attn_size"] // run["block_frames"]
+        assert any(b + blocks_in_window < num_blocks for b in run["block_shot_start"]), path.name
