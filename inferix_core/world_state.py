@@ -29,11 +29,13 @@ from safetensors.torch import save_file
 
 from .cache.snapshot import cache_identity, restore_cache, snapshot_cache
 from .errors import ConfigError, MissingFileError
+from .models.wan.action_module import ActionKVCache
 from .models.wan.causal_transformer import CrossAttentionCache
 from .pipeline import BlockDiffusionPipeline, SeededNoise
 from .pipeline.block_diffusion import StreamState
 
 FORMAT = "inferix-world-state/1"
+_STATE_TENSORS = ("first_latent", "recent_latents", "clean_prefix")  # optional StreamState tensors (Krea, TI2V)
 
 
 def weights_fingerprint(model: torch.nn.Module, samples: int = 64) -> str:
@@ -66,10 +68,40 @@ def model_identity(model: torch.nn.Module, family: str) -> dict[str, Any]:
 def _settings(pipe: BlockDiffusionPipeline, state: StreamState) -> dict[str, Any]:
     return {
         "sampling": json.loads(json.dumps(dataclasses.asdict(pipe.sampling))),
-        "cache": cache_identity(pipe.cache_config, state.cache.spec),
+        "cache": cache_identity(pipe.cache_config, state.cache.spec, state.cache),
         "latent_size": [state.latent_height, state.latent_width],
         "batch_size": state.batch_size,
     }
+
+
+def _snapshot_stream_cache(cache) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The stream's cache: a plain KV cache, or Matrix-Game's main cache with its mouse and keyboard rings."""
+    if type(cache) is not ActionKVCache:
+        return snapshot_cache(cache)
+    tensors, main = snapshot_cache(cache.main, "main.")
+    meta: dict[str, Any] = {"kind": "action", "main": main, "mouse": None, "keyboard": None}
+    for name in ("mouse", "keyboard"):
+        sub = getattr(cache, name)
+        if sub is not None:
+            t, meta[name] = snapshot_cache(sub, f"{name}.")
+            tensors.update(t)
+    return tensors, meta
+
+
+def _restore_stream_cache(cache, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    if (meta.get("kind") == "action") != (type(cache) is ActionKVCache):
+        saved = "has" if meta.get("kind") == "action" else "has no"
+        raise ConfigError(f"the saved KV cache {saved} Matrix-Game action caches and this model's cache differs")
+    if type(cache) is not ActionKVCache:
+        restore_cache(cache, tensors, meta)
+        return
+    restore_cache(cache.main, tensors, meta["main"], "main.")
+    for name in ("mouse", "keyboard"):
+        sub = getattr(cache, name)
+        if (sub is None) != (meta[name] is None):
+            raise ConfigError(f"the saved Matrix-Game {name} cache does not fit this model (another variant?)")
+        if sub is not None:
+            restore_cache(sub, tensors, meta[name], f"{name}.")
 
 
 def _noise_tensors(noise) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -102,13 +134,22 @@ def save_world_state(
     identity: dict[str, Any],
     decoder=None,
     extra: dict[str, Any] | None = None,
+    extra_tensors: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write `state` (and the streaming `decoder`'s cache, if given) to `path`; never overwrites a file."""
+    """Write `state` (and the streaming `decoder`'s cache, if given) to `path`; never overwrites a file.
+
+    `extra` (JSON) and `extra_tensors` are the caller's own (a session's input history, ...): they come
+    back from `read_world_state` as header["extra"] and the tensors named "extra.<name>".
+    """
     path = Path(path)
     if path.exists():
         raise ConfigError(f"'{path}' exists; choose a new file name for the world state (it is never overwritten)")
-    cache_t, cache_meta = snapshot_cache(state.cache)
+    cache_t, cache_meta = _snapshot_stream_cache(state.cache)
     tensors = {f"cache.{k}": v for k, v in cache_t.items()}
+    for name in _STATE_TENSORS:
+        if getattr(state, name) is not None:
+            tensors[f"state.{name}"] = getattr(state, name)
+    tensors.update({f"extra.{k}": v for k, v in (extra_tensors or {}).items()})
     for i, (k, v) in enumerate(zip(state.text.keys, state.text.values, strict=True)):
         tensors[f"text.k.{i}"], tensors[f"text.v.{i}"] = k, v
     noise_t, noise_meta = _noise_tensors(state.noise)
@@ -180,12 +221,14 @@ def load_world_state(
     _refuse_mismatch("sampling", settings["sampling"], json.loads(json.dumps(dataclasses.asdict(pipe.sampling))))
     h, w = settings["latent_size"]
     fresh = pipe.start_stream(
-        torch.zeros(settings["batch_size"], 1, pipe.model.config.text_dim, dtype=pipe.dtype),
+        torch.zeros(settings["batch_size"], 1, pipe.model.config.context_dim, dtype=pipe.dtype),
         h, w, batch_size=settings["batch_size"], max_frames=None,
     )  # fmt: skip
-    _refuse_mismatch("KV cache settings", settings["cache"], cache_identity(pipe.cache_config, fresh.cache.spec))
+    here = cache_identity(pipe.cache_config, fresh.cache.spec, fresh.cache)
+    _refuse_mismatch("KV cache settings", settings["cache"], here)
     cache = fresh.cache
-    restore_cache(cache, {k[len("cache.") :]: v for k, v in tensors.items() if k.startswith("cache.")}, header["cache"])
+    cache_t = {k[len("cache.") :]: v for k, v in tensors.items() if k.startswith("cache.")}
+    _restore_stream_cache(cache, cache_t, header["cache"])
     dev = pipe.device
     n = header["text_layers"]
     text = CrossAttentionCache(
@@ -193,12 +236,17 @@ def load_world_state(
     )
     noise = SeededNoise(0, device=header["noise"]["device"])
     noise.generator.set_state(tensors["noise.generator"])
-    noise._upfront = tensors.get("noise.upfront")
+    upfront = tensors.get("noise.upfront")
+    noise._upfront = None if upfront is None else upfront.to(noise.device)
     if decoder is not None:
         _restore_decoder(decoder, header["decoder"], tensors, dev)
     pos = header["position"]
     pipe.kv_cache = cache
-    return StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
+    state = StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
+    for name in _STATE_TENSORS:
+        if f"state.{name}" in tensors:
+            setattr(state, name, tensors[f"state.{name}"].to(dev))
+    return state
 
 
 def _restore_decoder(decoder, meta: dict | None, tensors: dict, device) -> None:
