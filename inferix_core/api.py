@@ -29,6 +29,14 @@ from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, Pi
 from .profiling import NullProfiler, Profiler
 from .schedules import ActionSchedule, PromptSchedule, block_at, block_timing, seconds_per_block, seconds_to_blocks
 from .vae.overlap import to_uint8_frames
+from .world_state import (
+    WorldState,
+    capture_world_state,
+    history_from,
+    history_tensors,
+    load_world_state,
+    model_identity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,7 @@ class VideoResult:
     first_frame_seconds: float | None = None
     profile: dict | None = None
     files: tuple[str, ...] = ()  # what the sinks published (final names), e.g. the streamed mp4
+    world_state: WorldState | None = None  # the world after the last block (keep_world_state=True)
 
 
 class GenerationHooks:
@@ -288,6 +297,8 @@ def generate_video(
     start_frames: np.ndarray | torch.Tensor | None = None,
     start_image: Any = None,
     clip_vision: Any = None,
+    world_state: WorldState | None = None,
+    keep_world_state: bool = False,
 ) -> VideoResult:
     """Generate `num_blocks` blocks, decoding and streaming each block as soon as it is clean.
 
@@ -305,6 +316,12 @@ def generate_video(
             (`inferix_core.image_world`). Other models refuse an image.
             For a TI2V model (Wan 2.2, 48 latent channels)
             one image is held instead as the clean first latent of the first block (LongLive 2.0's image start).
+
+        world_state: continue this saved world (`world_state.read_world_state` or a previous result's
+            `world_state`) instead of starting one: its cache, noise and decoder continue bitwise; `seed`
+            is unused; a `prompt` other than the world's is a prompt switch at the first new block.
+            Needs the world's model, size, sampling and cache settings (refused otherwise, naming them).
+        keep_world_state: capture the world after the last block into `VideoResult.world_state`.
 
     With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
     sinks; `VideoResult.profile` holds its report as a dict.
@@ -333,6 +350,8 @@ def generate_video(
             else:
                 initial_latents = encode_start_frames(world_model, start_frames, width, height, sampling)
         num_initial = 0 if initial_latents is None else initial_latents.shape[1]
+        if world_state is not None:
+            _check_resumable(world_model, world_state, num_initial, start_image, (lat_h, lat_w))
         image_inputs = None
         if start_image is not None or takes_start_image(world_model):
             if num_initial or isinstance(prompt, PromptSchedule):
@@ -376,6 +395,33 @@ def generate_video(
             schedule = [(b, encode_prompt(world_model, p)) for b, (_, p) in zip(switches, prompt.entries[1:])]
         else:
             context, schedule = encode_prompt(world_model, prompt), []
+    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
+    # 3. a streaming decoder that keeps its causal cache across blocks
+    stream = None
+    if decode:
+        dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
+        if dec is None:
+            for sink in sinks:
+                sink.close()
+            raise ConfigError("decode=True needs a VAE: pick a VAE file in LoadWorldModel, or set decode=False")
+        stream = dec.stream_decoder()
+    identity = model_identity(world_model.transformer, world_model.family) if world_state or keep_world_state else None
+    resume_state, resume_history = None, []
+    if world_state is not None:
+        try:
+            resume_state, stream = _resume(world_state, pipe, identity, stream, decoder)
+        except BaseException:
+            for sink in sinks:
+                sink.close()
+            raise
+        resume_history = history_from(world_state, pipe.device)
+        saved = world_state.tensors.get("extra.context")
+        if saved is None or not torch.equal(saved.to(context.device, context.dtype), context):
+            log.info("the resumed world continues under a new prompt from its block %d", world_state.next_block)
+            schedule = [(0, context)] + [(b, c) for b, c in schedule if b != 0]
+        if isinstance(action_tensor, torch.Tensor):  # the pipeline reads actions at absolute frames
+            pad = action_tensor.new_zeros(action_tensor.shape[0], resume_state.next_frame, action_tensor.shape[2])
+            action_tensor = torch.cat([pad, action_tensor], dim=1)
     request = GenerationRequest(
         num_blocks=num_blocks,
         latent_height=lat_h,
@@ -387,17 +433,9 @@ def generate_video(
         initial_latents=initial_latents,
         recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
         clean_first_latents=clean_first,
+        resume_state=resume_state,
+        resume_history=resume_history,
     )
-    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
-    # 3. a streaming decoder that keeps its causal cache across blocks
-    stream = None
-    if decode:
-        dec = world_model.preview_decoder if decoder == "preview" and world_model.preview_decoder else world_model.vae
-        if dec is None:
-            for sink in sinks:
-                sink.close()
-            raise ConfigError("decode=True needs a VAE: pick a VAE file in LoadWorldModel, or set decode=False")
-        stream = dec.stream_decoder()
     # 4. the block loop
     hooks.on_start(num_blocks)
     t_start = time.perf_counter()
@@ -435,6 +473,15 @@ def generate_video(
             sink.close()
         prof.on_run_end()
     files = tuple(str(sink.path) for sink in sinks if getattr(sink, "path", None) is not None)
+    kept = None
+    if keep_world_state:
+        meta, hist = history_tensors(pipe.stream_history)
+        last_context = _context_in_force(context, schedule, num_blocks)
+        kept = capture_world_state(
+            pipe, pipe.stream_state, identity=identity, decoder=stream,
+            extra={"history": meta, "decoder_kind": decoder if stream is not None else None},
+            extra_tensors={"context": last_context, **hist},
+        )  # fmt: skip
     return VideoResult(
         latents=torch.cat(latents, dim=1),
         frames=np.concatenate(frames) if frames else None,
@@ -444,12 +491,52 @@ def generate_video(
         first_frame_seconds=first_frame,
         profile=prof.report().to_dict() if isinstance(prof, Profiler) else None,
         files=files,
+        world_state=kept,
     )
+
+
+def _check_resumable(world_model: WorldModel, world: WorldState, num_initial: int, start_image, lat_hw) -> None:
+    """One-line refusals of a resume that cannot continue the saved world (model checks: load_world_state)."""
+    if world.family != world_model.family:
+        raise ConfigError(f"this world state is of a '{world.family}' model; load it with that model, not "
+                          f"'{world_model.family}'")  # fmt: skip
+    if num_initial:
+        raise ConfigError("a resumed world continues from its own frames; pass no start frames")
+    if start_image is not None or takes_start_image(world_model):
+        raise ConfigError(
+            "resuming an image-started model (Matrix-Game 2.0) in one generation call is not supported yet: its "
+            "action track is not in the state; use world_state.load_world_state with your own conditioning"
+        )
+    saved = tuple(world.header["settings"]["latent_size"])
+    if saved != tuple(lat_hw):
+        raise ConfigError(
+            f"this world state is {saved[1]}x{saved[0]} latents; set width and height to the saved world's "
+            f"(here {lat_hw[1]}x{lat_hw[0]})"
+        )
+
+
+def _resume(world: WorldState, pipe: BlockDiffusionPipeline, identity: dict, stream, decoder: str):
+    """The saved stream state, and the streaming decoder with its causal cache when the world has one."""
+    saved_decoder = world.header["extra"].get("decoder_kind")
+    if stream is not None and world.header.get("decoder") is not None and saved_decoder == decoder:
+        return load_world_state(world, pipe, identity=identity, decoder=stream), stream
+    if stream is not None:
+        log.info("the world state has no %s decoder cache; decoding starts afresh (the first frames warm up)", decoder)
+    return load_world_state(world, pipe, identity=identity), stream
+
+
+def _context_in_force(context: torch.Tensor, schedule: list, num_blocks: int) -> torch.Tensor:
+    """The prompt embedding of the last block: the last switch at or before it, else the first prompt."""
+    current = context
+    for block, c in sorted(schedule, key=lambda bc: bc[0]):
+        if block < num_blocks:
+            current = c
+    return current
 
 
 __all__ = [
     "ActionSchedule", "BlockOutput", "GenerationHooks", "ProfiledHooks", "PromptSchedule", "VideoResult",
-    "actions_to_tensor", "block_at", "check_plan", "decode_video", "encode_prompt", "encode_start_frames",
-    "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
+    "WorldState", "actions_to_tensor", "block_at", "check_plan", "decode_video", "encode_prompt",
+    "encode_start_frames", "generate_video", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
     "plan_run", "seconds_per_block", "seconds_to_blocks",
 ]  # fmt: skip

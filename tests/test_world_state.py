@@ -127,7 +127,7 @@ def test_state_of_another_model_or_setting_is_refused(tmp_path):
 
 def test_files_are_never_overwritten_and_bad_files_are_named(tmp_path):
     path = _saved(tmp_path)
-    header, _ = read_world_state(path)
+    header = read_world_state(path).header
     assert header["position"] == {"next_frame": 6, "next_block": 2}
     model = _model()
     pipe = BlockDiffusionPipeline(model, SamplingConfig(), CACHES["ring_window_sink"])

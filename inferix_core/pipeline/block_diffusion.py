@@ -76,6 +76,10 @@ class GenerationRequest:
     # Wan 2.2 TI2V / LongLive 2.0 image start: clean latents (B, k, C, H, W) held as the first k frames of the
     # first generated block, at timestep 0 in every call of that block (the other frames denoise as usual)
     clean_first_latents: torch.Tensor | None = None
+    # continue a saved world (`world_state.load_world_state`) instead of a fresh stream: no initial latents;
+    # `resume_history` are the (start, clean latents, action) blocks a re-cache re-runs (`stream_history`)
+    resume_state: StreamState | None = None
+    resume_history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -156,6 +160,8 @@ class BlockDiffusionPipeline:
         if sampling.kv_recompute_frames:
             _note_kv_recompute_first_frame()
         self.kv_cache = None  # the last run's cache (for inspection and tests)
+        self.stream_state: StreamState | None = None  # the last stream()'s state and re-cache history
+        self.stream_history: list = []
 
     @property
     def device(self) -> torch.device:
@@ -194,13 +200,22 @@ class BlockDiffusionPipeline:
         shape = (bsz, request.num_blocks * n, cfg.out_dim, h, w)
 
         # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
-        noise = request.noise or SeededNoise(request.seed, total_shape=shape)
-        state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
+        if request.resume_state is not None:  # a saved world: its cache, prompt, noise and position
+            if num_initial:
+                raise ConfigError("a resumed world continues from its own frames; pass no initial latents")
+            state = request.resume_state
+        else:
+            noise = request.noise or SeededNoise(request.seed, total_shape=shape)
+            state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames)
+            state.clean_prefix = request.clean_first_latents
         schedule = dict(request.prompt_schedule)
-        state.clean_prefix = request.clean_first_latents
+        # what a caller needs to save the world after any block (world_state.capture_world_state)
+        self.stream_state = state
 
         recache = request.recache_on_switch and bool(schedule)
-        history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # clean blocks still in the cache
+        # clean blocks still in the cache (a re-cache re-runs them); kept for a saved world too
+        history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = list(request.resume_history)
+        self.stream_history = history
 
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
         for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
@@ -209,8 +224,8 @@ class BlockDiffusionPipeline:
             action = self._actions(request, a, b - a)
             self.context_pass(state, latents, a, action)
             state.next_frame = b
-            if recache:
-                history = _keep_resident([*history, (a, latents, action)], state.cache)
+            history = _keep_resident([*history, (a, latents, action)], state.cache)
+            self.stream_history = history
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
         # 4. generated blocks
@@ -222,8 +237,8 @@ class BlockDiffusionPipeline:
                 context = None
                 self.recache_window(state, history)
             out = self.denoise_block(state, action, hooks, context=context)
-            if recache:
-                history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
+            history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
+            self.stream_history = history
             yield out
 
     # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
