@@ -21,6 +21,7 @@ from .schedules import InferixActionSchedule, InferixPromptSchedule
 from .stream_out import InferixStreamOut
 from .stream_settings import InferixStreamSettings
 from .vae_decode import InferixVAEDecode
+from .world_state import InferixLoadWorldState, InferixSaveWorldState
 
 comfy_runtime.register_model_folders()
 live_controls.register_route()  # POST /inferix/control inside ComfyUI (live keyboard/mouse control)
@@ -38,6 +39,8 @@ NODES = [
     InferixBlockDenoise,
     InferixVAEDecode,
     InferixStreamOut,
+    InferixSaveWorldState,
+    InferixLoadWorldState,
     InferixProfileReport,
     InferixLVBenchScore,
 ]

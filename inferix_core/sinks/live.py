@@ -36,7 +36,7 @@ DEFAULT_KEY_ACTIONS: dict[str, str] = {
     "w": "forward", "arrowup": "forward", "s": "backward", "arrowdown": "backward",
     "a": "left", "arrowleft": "left", "d": "right", "arrowright": "right",
 }  # fmt: skip
-EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop")
+EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop", "save")  # save: the world, at a boundary
 MAX_PROMPT_CHARS = 4000
 MAX_BODY_BYTES = 64 * 1024
 MAX_QUEUED_EVENTS = 256  # inputs waiting for the next block boundary; beyond this the oldest go (never a stop)

@@ -59,7 +59,7 @@ def test_v1_attributes_are_plain_class_attributes(node_classes):
 def test_sockets_and_combo_lists(node_classes):
     denoise = node_classes["InferixBlockDenoise"]
     # the core VIDEO last: links of workflows saved with three outputs keep their slots
-    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO", "VIDEO")
+    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO", "VIDEO", "INFERIX_WORLD_STATE")
     core_model = node_classes["InferixWorldModelFromCoreModel"].INPUT_TYPES()
     assert core_model["required"]["model"][0] == "MODEL" and core_model["optional"]["vae"][0] == "VAE"
     assert node_classes["InferixWorldModelFromCoreModel"].RETURN_TYPES == ("INFERIX_WORLD_MODEL",)
