@@ -34,6 +34,7 @@ from .models.wan.causal_transformer import CrossAttentionCache
 from .pipeline import BlockDiffusionPipeline, SeededNoise
 from .pipeline.block_diffusion import StreamState
 from .sinks.paths import PARTIAL_TAG, publish
+from .vae.tiny_ae import TinyDecodeState
 
 FORMAT = "inferix-world-state/1"
 _STATE_TENSORS = ("first_latent", "recent_latents", "clean_prefix")  # optional StreamState tensors (Krea, TI2V)
@@ -125,14 +126,18 @@ def _noise_tensors(noise) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 def _decoder_tensors(decoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The streaming decoder's state: the Wan VAE's causal conv caches, or the tiny VAE's last features."""
     s = decoder.state
+    if type(s) is TinyDecodeState:
+        tensors = {} if s.previous is None else {"decoder.previous": s.previous}
+        return tensors, {"kind": "tiny", "latent_frames_in": s.latent_frames_in}
     tensors, caches = {}, []
     for (ty, tx), cache in s.caches.items():
         for key, t in cache.frames.items():
             tensors[f"decoder.{ty}.{tx}.{key}"] = t
         caches.append({"tile": [ty, tx], "frames": sorted(cache.frames), "started": sorted(cache.started),
                        "first_frame_bypass": cache.first_frame_bypass})  # fmt: skip
-    meta = {"latent_frames_in": s.latent_frames_in, "frames_out": s.frames_out,
+    meta = {"kind": "wan", "latent_frames_in": s.latent_frames_in, "frames_out": s.frames_out,
             "frames_to_drop": s.frames_to_drop, "caches": caches}  # fmt: skip
     return tensors, meta
 
@@ -363,6 +368,14 @@ def _restore_decoder(decoder, meta: dict | None, tensors: dict, device) -> None:
     from .vae.layers import CausalConvCache
     from .vae.streaming import DecodeState
 
+    kind = meta.get("kind", "wan")
+    here = "tiny" if type(decoder.state) is TinyDecodeState else "wan"
+    if kind != here:
+        raise ConfigError(f"this world state holds a {kind} VAE decoder's cache; this run decodes with a {here} VAE")
+    if kind == "tiny":
+        prev = tensors.get("decoder.previous")
+        decoder.state = TinyDecodeState(None if prev is None else prev.to(device).clone(), meta["latent_frames_in"])
+        return
     caches = {}
     for c in meta["caches"]:
         ty, tx = c["tile"]
