@@ -108,3 +108,23 @@ def test_output_linked_reads_the_prompt_graph():
     prompt = {"4": {"inputs": {}}, "6": {"inputs": {"world_state": ["4", 4], "x": ["4", 2]}}}
     assert output_linked(prompt, "4", 4) and not output_linked(prompt, "6", 4) and not output_linked(prompt, "4", 3)
     assert output_linked(None, "4", 4)  # no graph given: captured to be safe
+
+
+def test_the_shipped_continue_world_workflow_runs_headless(node_classes, output_dir):
+    import json
+    from pathlib import Path
+
+    api = json.loads(
+        (Path(__file__).resolve().parents[2] / "workflows" / "api" / "continue_world_api.json").read_text()
+    )
+    for node in api.values():  # keep it quick: fewer blocks, the same wiring
+        if node["class_type"] == "InferixBlockDenoise":
+            node["inputs"]["num_blocks"] = 2
+    res = _run(node_classes, api, output_dir)
+    saved = sorted(p.name for p in (output_dir / "inferix").glob("world_*.safetensors"))
+    assert saved == ["world_00001.safetensors"]
+    denoisers = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"]
+    first, second = (res.outputs[nid] for nid in denoisers)
+    assert first[4] is not None and first[4].next_block == 2  # linked: captured
+    assert "continued the" in res.ui[denoisers[1]]["text"][0]
+    assert second[2].files and Path(second[2].files[0]).is_file()
