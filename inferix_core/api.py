@@ -435,6 +435,7 @@ def generate_video(
         clean_first_latents=clean_first,
         resume_state=resume_state,
         resume_history=resume_history,
+        keep_history=keep_world_state,
     )
     # 4. the block loop
     hooks.on_start(num_blocks)

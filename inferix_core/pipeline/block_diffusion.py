@@ -80,6 +80,7 @@ class GenerationRequest:
     # `resume_history` are the (start, clean latents, action) blocks a re-cache re-runs (`stream_history`)
     resume_state: StreamState | None = None
     resume_history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
+    keep_history: bool = False  # keep `stream_history` without a prompt switch too (to save the world at the end)
 
 
 @dataclass
@@ -224,8 +225,9 @@ class BlockDiffusionPipeline:
             action = self._actions(request, a, b - a)
             self.context_pass(state, latents, a, action)
             state.next_frame = b
-            history = _keep_resident([*history, (a, latents, action)], state.cache)
-            self.stream_history = history
+            if recache or request.keep_history:
+                history = _keep_resident([*history, (a, latents, action)], state.cache)
+                self.stream_history = history
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
         # 4. generated blocks
@@ -237,8 +239,9 @@ class BlockDiffusionPipeline:
                 context = None
                 self.recache_window(state, history)
             out = self.denoise_block(state, action, hooks, context=context)
-            history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
-            self.stream_history = history
+            if recache or request.keep_history:
+                history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
+                self.stream_history = history
             yield out
 
     # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
