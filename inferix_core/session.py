@@ -166,7 +166,7 @@ class InteractiveSession:
         with self.profiler.stage("text_encode"):
             if self._image is not None:  # the start image's CLIP tokens take the place of text
                 context = self._image.visual_context
-            elif world_state is not None:  # the saved world's prompt stays in force
+            elif world_state is not None and "extra.context" in world_state.tensors:  # the saved prompt stays
                 context = world_state.tensors["extra.context"]
                 prompt = world_state.header["extra"].get("prompt", "<saved>")
             elif isinstance(prompt, torch.Tensor):
@@ -247,6 +247,9 @@ class InteractiveSession:
         )
         dev = self.pipeline.device
         self._context = self._context.to(dev)
+        if "extra.context" not in world.tensors:  # saved at the stream level: the given prompt takes over
+            log.info("the world state does not name its prompt; continuing under the session's prompt")
+            self.pipeline.set_prompt(self.state, self._context)
         self._history = [_CachedBlock(s, x, a) for s, x, a in history_from(world, dev)]
         self._last_action = extra.get("last_action")
         self.prompt_log = [(self.state.next_block, self.prompt)]
