@@ -39,6 +39,14 @@ from .schedules import (
 )
 from .vae.overlap import to_uint8_frames
 from .vae.pixel_window import PixelWindowEncoder
+from .world_state import (
+    WorldState,
+    capture_world_state,
+    history_from,
+    history_tensors,
+    load_world_state,
+    model_identity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,7 @@ class VideoResult:
     first_frame_seconds: float | None = None
     profile: dict | None = None
     files: tuple[str, ...] = ()  # what the sinks published (final names), e.g. the streamed mp4
+    world_state: WorldState | None = None  # the world after the last block (keep_world_state=True)
 
 
 class GenerationHooks:
@@ -564,6 +573,8 @@ def generate_video(
     start_frames: np.ndarray | torch.Tensor | None = None,
     start_image: Any = None,
     clip_vision: Any = None,
+    world_state: WorldState | None = None,
+    keep_world_state: bool = False,
 ) -> VideoResult:
     """Generate `num_blocks` blocks, decoding and streaming each block as soon as it is clean.
 
@@ -585,6 +596,12 @@ def generate_video(
             For a TI2V model (Wan 2.2, 48 latent channels)
             one image is held instead as the clean first latent of the first block (LongLive 2.0's image start).
 
+        world_state: continue this saved world (`world_state.read_world_state` or a previous result's
+            `world_state`) instead of starting one: its cache, noise and decoder continue bitwise; `seed`
+            is unused; a `prompt` other than the world's is a prompt switch at the first new block.
+            Needs the world's model, size, sampling and cache settings (refused otherwise, naming them).
+        keep_world_state: capture the world after the last block into `VideoResult.world_state`.
+
     With a `Profiler`, the run is timed from before text encoding to the last block's frames reaching the
     sinks; `VideoResult.profile` holds its report as a dict.
     """
@@ -600,25 +617,14 @@ def generate_video(
             actions=actions, initial_latents=initial_latents, start_frames=start_frames,
             start_image=start_image, clip_vision=clip_vision,
         )  # fmt: skip
+        if world_state is not None:
+            num_initial = 0 if run.initial_latents is None else run.initial_latents.shape[1]
+            _check_resumable(world_model, world_state, num_initial, start_image, (run.lat_h, run.lat_w))
         first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
         prof.on_run_start(_run_info(world_model, width, height, num_blocks, seed, sampling, cache))
         # 2. text conditioning (or an image model's CLIP tokens)
         with prof.stage("text_encode"):
             context, schedule = encode_run_prompt(world_model, prompt, run.image_inputs, entries=run.entries)
-        request = GenerationRequest(
-            num_blocks=num_blocks,
-            latent_height=run.lat_h,
-            latent_width=run.lat_w,
-            context=context,
-            seed=seed,
-            actions=run.actions,
-            prompt_schedule=schedule,
-            initial_latents=run.initial_latents,
-            recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
-            clean_first_latents=run.clean_first,
-            image_context=run.image_inputs.visual_context if isinstance(run.image_inputs, StartImageInputs) else None,
-            shot_blocks=run.shots,
-        )
         pipe = run_pipeline(world_model, sampling, cache, first_frame_encoder)
         # 3. a streaming decoder that keeps its causal cache across blocks
         stream = (
@@ -626,17 +632,96 @@ def generate_video(
             if decode
             else None
         )
+        # 4. a saved world to continue: its cache, noise, decoder cache and the blocks a re-cache re-runs
+        identity = (
+            model_identity(world_model.transformer, world_model.family) if world_state or keep_world_state else None
+        )
+        resume_state, resume_history, actions_in = None, [], run.actions
+        if world_state is not None:
+            resume_state, stream = _resume(world_state, pipe, identity, stream, decoder)
+            resume_history = history_from(world_state, pipe.device)
+            saved = world_state.tensors.get("extra.context")
+            if saved is None or not torch.equal(saved.to(context.device, context.dtype), context):
+                log.info("the resumed world continues under a new prompt from its block %d", world_state.next_block)
+                schedule = [(0, context)] + [(b, c) for b, c in schedule if b != 0]
+            if isinstance(actions_in, torch.Tensor):  # the pipeline reads actions at absolute frames
+                pad = actions_in.new_zeros(actions_in.shape[0], resume_state.next_frame, actions_in.shape[2])
+                actions_in = torch.cat([pad, actions_in], dim=1)
+        request = GenerationRequest(
+            num_blocks=num_blocks,
+            latent_height=run.lat_h,
+            latent_width=run.lat_w,
+            context=context,
+            seed=seed,
+            actions=actions_in,
+            prompt_schedule=schedule,
+            initial_latents=run.initial_latents,
+            recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
+            clean_first_latents=run.clean_first,
+            image_context=run.image_inputs.visual_context if isinstance(run.image_inputs, StartImageInputs) else None,
+            shot_blocks=run.shots,
+            resume_state=resume_state,
+            resume_history=resume_history,
+            keep_history=keep_world_state,
+        )
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()
         raise
-    # 4. the block loop
-    return _run_blocks(pipe, request, stream, sinks, hooks, prof, world_model.fps)
+    # 5. the block loop
+    result = _run_blocks(pipe, request, stream, sinks, hooks, prof, world_model.fps)
+    if keep_world_state:
+        meta, hist = history_tensors(pipe.stream_history)
+        result.world_state = capture_world_state(
+            pipe, pipe.stream_state, identity=identity, decoder=stream,
+            extra={"history": meta, "decoder_kind": decoder if stream is not None else None},
+            extra_tensors={"context": _context_in_force(context, schedule, num_blocks), **hist},
+        )  # fmt: skip
+    return result
+
+
+def _check_resumable(world_model: WorldModel, world: WorldState, num_initial: int, start_image, lat_hw) -> None:
+    """One-line refusals of a resume that cannot continue the saved world (model checks: load_world_state)."""
+    if world.family != world_model.family:
+        raise ConfigError(f"this world state is of a '{world.family}' model; load it with that model, not "
+                          f"'{world_model.family}'")  # fmt: skip
+    if num_initial:
+        raise ConfigError("a resumed world continues from its own frames; pass no start frames")
+    if start_image is not None or takes_start_image(world_model):
+        raise ConfigError(
+            "resuming an image-started model (Matrix-Game 2.0) in one generation call is not supported yet: its "
+            "action track is not in the state; use world_state.load_world_state with your own conditioning"
+        )
+    saved = tuple(world.header["settings"]["latent_size"])
+    if saved != tuple(lat_hw):
+        raise ConfigError(
+            f"this world state is {saved[1]}x{saved[0]} latents; set width and height to the saved world's "
+            f"(here {lat_hw[1]}x{lat_hw[0]})"
+        )
+
+
+def _resume(world: WorldState, pipe: BlockDiffusionPipeline, identity: dict, stream, decoder: str):
+    """The saved stream state, and the streaming decoder with its causal cache when the world has one."""
+    saved_decoder = world.header["extra"].get("decoder_kind")
+    if stream is not None and world.header.get("decoder") is not None and saved_decoder == decoder:
+        return load_world_state(world, pipe, identity=identity, decoder=stream), stream
+    if stream is not None:
+        log.info("the world state has no %s decoder cache; decoding starts afresh (the first frames warm up)", decoder)
+    return load_world_state(world, pipe, identity=identity), stream
+
+
+def _context_in_force(context: torch.Tensor, schedule: list, num_blocks: int) -> torch.Tensor:
+    """The prompt embedding of the last block: the last switch at or before it, else the first prompt."""
+    current = context
+    for block, c in sorted(schedule, key=lambda bc: bc[0]):
+        if block < num_blocks:
+            current = c
+    return current
 
 
 __all__ = [
     "ActionSchedule", "BlockOutput", "DecodedBlock", "GenerationHooks", "ProfiledHooks", "PromptSchedule",
-    "VideoResult", "actions_to_tensor", "block_at", "check_plan", "choose_decoder", "decode_to_sinks",
+    "VideoResult", "WorldState", "actions_to_tensor", "block_at", "check_plan", "choose_decoder", "decode_to_sinks",
     "decode_video", "encode_prompt", "encode_run_prompt", "encode_start_frames", "generate_video",
     "is_image_run", "kv_cache_memory", "kv_cache_numbers", "latent_size", "open_video_sinks", "pixels_to_uint8",
     "plan_run", "profile_block_end", "run_pipeline", "seconds_per_block", "seconds_to_blocks",

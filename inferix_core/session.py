@@ -47,6 +47,14 @@ from .pipeline.block_diffusion import SeededNoise
 from .profiling import NullProfiler
 from .schedules import SCENE_CUT_PREFIX
 from .sinks.live import InputQueue
+from .world_state import (
+    WorldState,
+    capture_world_state,
+    history_from,
+    history_tensors,
+    load_world_state,
+    model_identity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +113,9 @@ class InteractiveSession:
             keyboard/mouse models (Matrix-Game 2.0): the start image
             and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens). Such a session is steered
             by `control(...)` events instead of named actions (`inferix_core.controls.LiveControls`).
+        world_state: continue a world saved by `capture_world` / `save_world` (`world_state.read_world_state`):
+            its cache, prompt, noise, decoder cache, re-cache history and held action; `prompt` and
+            `seed` are then unused. Refused, naming the difference, for another model or settings.
     """
 
     def __init__(
@@ -129,6 +140,7 @@ class InteractiveSession:
         recache_style: str | None = None,
         start_image: Any = None,
         clip_vision: Any = None,
+        world_state: WorldState | None = None,
     ):
         self.world_model = world_model
         sampling = sampling or world_model.sampling
@@ -161,6 +173,11 @@ class InteractiveSession:
             if clip_vision is not None:
                 log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
         elif is_image_run(world_model, start_image):
+            if world_state is not None:
+                raise ConfigError(
+                    "resuming an image-started model (Matrix-Game 2.0) session is not supported yet: its action "
+                    "track is not in the state; continue it with world_state.load_world_state and your conditioning"
+                )
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
         spec = self._image.spec if self._image is not None else None
@@ -185,18 +202,26 @@ class InteractiveSession:
         sampling = sampling or world_model.sampling
         self._first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
         self.pipeline = run_pipeline(world_model, sampling, cache, self._first_frame_encoder)
-        with self.profiler.stage("text_encode"):  # an image model's CLIP tokens take the place of text
-            context, _ = encode_run_prompt(world_model, prompt, self._image, encode=self._encode)
-        image = self._start.visual_context if self._start is not None else None
-        self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed), image_context=image)
-        if ti2v_start:  # as generate_video's start_frames for a TI2V model: one frame, encoded by the VAE
-            one = dataclasses.replace(self.pipeline.sampling, block_frames=1)
-            frames = resized_image_frames(start_image, height, width)
-            self.state.clean_prefix = encode_start_frames(world_model, frames, width, height, one)
+        with self.profiler.stage("text_encode"):
+            if self._image is None and world_state is not None and "extra.context" in world_state.tensors:
+                context = world_state.tensors["extra.context"]  # the saved prompt stays
+                prompt = world_state.header["extra"].get("prompt", "<saved>")
+            else:  # an image model's CLIP tokens take the place of text
+                context, _ = encode_run_prompt(world_model, prompt, self._image, encode=self._encode)
+        if world_state is None:  # a resumed world's state is built by `_resume`, below
+            image = self._start.visual_context if self._start is not None else None
+            self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed), image_context=image)
+            if ti2v_start:  # as generate_video's start_frames for a TI2V model: one frame, encoded by the VAE
+                one = dataclasses.replace(self.pipeline.sampling, block_frames=1)
+                frames = resized_image_frames(start_image, height, width)
+                self.state.clean_prefix = encode_start_frames(world_model, frames, width, height, one)
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
         self._decoder = run_stream_decoder(world_model, decoder, self._first_frame_encoder) if decode else None
+        self._decoder_kind = decoder
+        self.at_boundary = True  # False while a block is being generated (its cache is half written)
+        self.save_requests = 0  # "save" inputs seen (`inferix play` saves the world at those boundaries)
         # 3. input state: events wait in _pending until a boundary consumes them
         self._pending: deque[dict[str, Any]] = deque()
         # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon
@@ -216,6 +241,58 @@ class InteractiveSession:
         self._branch_labels: list[str] = []
         self._branch_action: torch.Tensor | None = None
         self._branch_actions: list[torch.Tensor | None] = []  # each branched block's action, for the kept history
+        if world_state is not None:
+            self._resume(world_state)
+
+    # -- saving and resuming the world ---------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        return model_identity(self.world_model.transformer, self.world_model.family)
+
+    def capture_world(self) -> WorldState:
+        """The world as it is at this block boundary (`world_state.WorldState`, CPU copies)."""
+        if not self.at_boundary:
+            raise ConfigError(
+                f"block {self.state.next_block} was interrupted half-way, so its KV cache is half written; a world "
+                "can only be saved between blocks (stop with the page's stop button, a save input or --max-blocks)"
+            )
+        if self._image is not None:
+            raise ConfigError(
+                "saving an image-started model (Matrix-Game 2.0) session is not supported yet (its action track "
+                "is not in the state); save the stream with world_state.save_world_state and keep the track"
+            )
+        meta, hist = history_tensors([(b.start, b.latents, b.action) for b in self._history])
+        extra = {"history": meta, "prompt": self.prompt, "last_action": self._last_action,
+                 "decoder_kind": self._decoder_kind if self._decoder is not None else None}  # fmt: skip
+        return capture_world_state(
+            self.pipeline, self.state, identity=self._identity(), decoder=self._decoder, extra=extra,
+            extra_tensors={"context": self._context, **hist},
+        )  # fmt: skip
+
+    def save_world(self, path) -> Any:
+        """Write the world to `path` (never overwriting; a taken name gets the next number); returns the path."""
+        from .world_state import write_world_state
+
+        return write_world_state(path, self.capture_world())
+
+    def _resume(self, world: WorldState) -> None:
+        extra = world.header["extra"]
+        with_decoder = self._decoder is not None and world.header.get("decoder") is not None
+        if with_decoder and extra.get("decoder_kind") != self._decoder_kind:
+            with_decoder = False
+        if self._decoder is not None and not with_decoder:
+            log.info("the world state has no %s decoder cache; decoding starts afresh", self._decoder_kind)
+        self.state = load_world_state(
+            world, self.pipeline, identity=self._identity(), decoder=self._decoder if with_decoder else None
+        )
+        dev = self.pipeline.device
+        self._context = self._context.to(dev)
+        if "extra.context" not in world.tensors:  # saved at the stream level: the given prompt takes over
+            log.info("the world state does not name its prompt; continuing under the session's prompt")
+            self.pipeline.set_prompt(self.state, self._context)
+        self._history = [_CachedBlock(s, x, a) for s, x, a in history_from(world, dev)]
+        self._last_action = extra.get("last_action")
+        self.prompt_log = [(self.state.next_block, self.prompt)]
+        log.info("resumed a world at block %d (frame %d)", self.state.next_block, self.state.next_frame)
 
     # -- inputs (thread-safe: they only enqueue) -------------------------------------------------------
     def send(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -302,12 +379,14 @@ class InteractiveSession:
             action = None if name is None else actions_to_tensor(self.world_model, [name], n)
         if self._branch is not None:
             return self._branch_step(name, action)
-        # 3. denoise the block and write its clean K/V
+        # 3. denoise the block and write its clean K/V (an interrupt in between leaves a half-written cache)
+        self.at_boundary = False
         new_shot, self._new_shot = self._new_shot, False
         out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler), new_shot=new_shot)
         self._last_action = name if name is not None else self._last_action
         self.action_log.append(name)
         self._remember(out.start_frame, out.latents, action)
+        self.at_boundary = True
         # 4. decode and hand to the sinks
         frames, decode_s = None, 0.0
         if self._decoder is not None:
@@ -411,6 +490,8 @@ class InteractiveSession:
                 self.branch(event["futures"])
             elif kind == "pick":
                 self.pick(event["index"])
+            elif kind == "save":
+                self.save_requests += 1
             self._pending.popleft()
         return new_prompts
 

@@ -22,6 +22,7 @@ from .schedules import InferixActionSchedule, InferixPromptSchedule
 from .stream_out import InferixStreamOut
 from .stream_settings import InferixStreamSettings
 from .vae_decode import InferixVAEDecode
+from .world_state import InferixLoadWorldState, InferixSaveWorldState
 
 comfy_runtime.register_model_folders()
 live_controls.register_route()  # POST /inferix/control inside ComfyUI (live keyboard/mouse control)
@@ -40,6 +41,8 @@ NODES = [
     InferixBranchWorld,
     InferixVAEDecode,
     InferixStreamOut,
+    InferixSaveWorldState,
+    InferixLoadWorldState,
     InferixProfileReport,
     InferixLVBenchScore,
 ]

@@ -4,7 +4,9 @@ It converts ComfyUI types (text or CONDITIONING, IMAGE, widget strings) into the
 the memory plan, and calls `inferix_core.api.generate_video` once; the block loop, cache, decoding,
 schedules, start frames and timing live there. With Stream Settings connected it also hands the core an
 mp4 sink in the output folder, so the file grows block by block while the node runs (ComfyUI runs a
-downstream node only after this one finishes). A fresh KV cache is built every run; no input is modified.
+downstream node only after this one finishes). A fresh KV cache is built every run, or the cache of a
+world_state input is continued (a copy: the input is not modified); the world after the last block is
+the world_state output (Save World State writes it). No input is modified.
 """
 
 from __future__ import annotations
@@ -62,6 +64,29 @@ def summarize(result: Any, width: int, height: int) -> str:
         f"in {result.seconds:.1f} s{first}"
     )
     return line + "".join(f"\nstreamed to {path}" for path in result.files)
+
+
+WORLD_STATE_OUTPUT = 4  # index of the world_state output (latent, frames, video, core_video, world_state)
+
+
+def output_linked(prompt: Any, node_id: Any, index: int) -> bool:
+    """Whether any node of the queued prompt reads output `index` of node `node_id`.
+
+    `prompt` is ComfyUI's DynamicPrompt (its original prompt is read) or the prompt dict itself (headless).
+    The world is captured (its KV cache copied to the CPU) only when something uses it; without the
+    prompt (a caller that passes no hidden inputs) it is captured to be safe.
+    """
+    getter = getattr(prompt, "get_original_prompt", None)
+    if callable(getter):
+        prompt = getter()
+    if not isinstance(prompt, dict) or node_id is None:
+        return True
+    for node in prompt.values():
+        inputs = node.get("inputs", {}) if isinstance(node, dict) else {}
+        for value in inputs.values() if isinstance(inputs, dict) else ():
+            if isinstance(value, list) and len(value) == 2 and str(value[0]) == str(node_id) and value[1] == index:
+                return True
+    return False
 
 
 def image_clip_vision(clip_vision: Any, clip_vision_output: Any) -> Any:
@@ -205,6 +230,15 @@ class InferixBlockDenoise(io.ComfyNode):
                     "penultimate_hidden_states; ComfyUI crops and antialiases, the authors do not). "
                     "Used instead of clip_vision when both are connected.",
                 ),
+                # last, so workflows saved before it keep their widget values
+                types.WorldState.Input(
+                    "world_state",
+                    optional=True,
+                    tooltip="Continue a saved world (Inferix Load World State, or another Block Denoise's "
+                    "world_state output) instead of starting one: its frames, noise and decoder continue "
+                    "exactly. Needs the same model, width, height, steps and KV cache; the seed is unused; "
+                    "a different prompt switches the prompt at the first new block.",
+                ),
             ],
             outputs=[
                 io.Latent.Output(
@@ -226,8 +260,14 @@ class InferixBlockDenoise(io.ComfyNode):
                     tooltip="The frames and fps as a core VIDEO, for core Save Video, Preview Video or "
                     "Get Video Components.",
                 ),
+                types.WorldState.Output(
+                    "world_state_out",  # ids of inputs and outputs must differ
+                    display_name="world_state",
+                    tooltip="The world after the last block, for Inferix Save World State or another Block "
+                    "Denoise's world_state input (captured only when this output is connected).",
+                ),
             ],
-            hidden=[io.Hidden.unique_id],
+            hidden=[io.Hidden.unique_id, io.Hidden.dynprompt],  # not Hidden.prompt: V1 names it 'prompt', as our widget
         )
 
     @classmethod
@@ -275,6 +315,7 @@ class InferixBlockDenoise(io.ComfyNode):
         start_image: Any = None,
         clip_vision: Any = None,
         clip_vision_output: Any = None,
+        world_state: Any = None,
     ) -> io.NodeOutput:
         from inferix_core.api import (
             block_timing,
@@ -348,6 +389,8 @@ class InferixBlockDenoise(io.ComfyNode):
                     start_frames=start_frames,
                     start_image=start_image,
                     clip_vision=image_clip_vision(clip_vision, clip_vision_output),
+                    world_state=world_state,
+                    keep_world_state=output_linked(cls.hidden.dynprompt, cls.hidden.unique_id, WORLD_STATE_OUTPUT),
                 )
             except BaseException:
                 if sinks and getattr(sinks[0], "frames_written", 0):  # closed by generate_video: the final name
@@ -361,4 +404,6 @@ class InferixBlockDenoise(io.ComfyNode):
         latent = {"samples": to_core_latent(world_model.vae, result.latents.permute(0, 2, 1, 3, 4)).contiguous()}
         ui = {"text": [summarize(result, width, height) + "\n" + plan.describe()]}  # Stream Out shows the file
         images = frames_to_image(result.frames)
-        return io.NodeOutput(latent, images, result, core_video(images, result.fps), ui=ui)
+        if world_state is not None:
+            ui["text"][0] = f"continued the {world_state.describe()}\n" + ui["text"][0]
+        return io.NodeOutput(latent, images, result, core_video(images, result.fps), result.world_state, ui=ui)

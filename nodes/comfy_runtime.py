@@ -67,6 +67,13 @@ def output_dir() -> Path:
     return Path(_state["output_dir"] or os.environ.get("INFERIX_OUTPUT_DIR") or "output")
 
 
+def input_dir() -> Path:
+    """ComfyUI's input folder, else $INFERIX_INPUT_DIR, or ./input."""
+    if folder_paths is not None:
+        return Path(folder_paths.get_input_directory())
+    return Path(os.environ.get("INFERIX_INPUT_DIR") or "input")
+
+
 def temp_dir() -> Path:
     """ComfyUI's temp folder (served as type 'temp'), else `<output>/../temp` or the system temp dir."""
     if folder_paths is not None:

@@ -1,8 +1,9 @@
 """World state save/resume (issue #22): resuming after k blocks equals never stopping, bitwise (CPU, fp32).
 
-Checked for the ring and paged caches, global and windowed, with per-block actions, a prompt switch
-before and after the save, and the streaming VAE decoder's cache; states from another model or other
-settings are refused with the reason.
+Checked for the ring, paged, offloaded and int8/int4-quantized caches, global and windowed, with
+per-block actions, a prompt switch before and after the save, and the streaming VAE decoder's cache; an
+offloaded state resumes on the resident paged cache and back; states from another model or other
+settings are refused with the reason. Matrix-Game's action caches: tests/test_world_state_matrix_game.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ CACHES = {
     "ring_window_sink": KVCacheConfig(window_frames=6, sink_frames=1),
     "paged_window_sink": KVCacheConfig(window_frames=9, sink_frames=3, page_frames=3),
     "paged_global": KVCacheConfig(page_frames=3),
+    "offload_window_sink": KVCacheConfig(window_frames=9, sink_frames=3, page_frames=3, offload="always"),
+    "offload_global": KVCacheConfig(offload="always"),  # pages of one block, grown past the planned length
+    "int8_window_sink": KVCacheConfig(window_frames=9, sink_frames=3, quantization="int8"),
+    "int4_global": KVCacheConfig(quantization="int4", residual_frames=4),
 }
 
 
@@ -94,6 +99,7 @@ def test_decoder_cache_resumes_too(tmp_path):
 
 
 def _saved(tmp_path, cache=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     model, (prompts, actions) = _model(), _inputs()
     pipe = BlockDiffusionPipeline(model, SamplingConfig(), cache or CACHES["ring_window_sink"])
     state = pipe.start_stream(prompts[0], H, W, seed=5)
@@ -121,7 +127,7 @@ def test_state_of_another_model_or_setting_is_refused(tmp_path):
 
 def test_files_are_never_overwritten_and_bad_files_are_named(tmp_path):
     path = _saved(tmp_path)
-    header, _ = read_world_state(path)
+    header = read_world_state(path).header
     assert header["position"] == {"next_frame": 6, "next_block": 2, "shot_index": 0, "rope_offset": 0.0}
     model = _model()
     pipe = BlockDiffusionPipeline(model, SamplingConfig(), CACHES["ring_window_sink"])
@@ -135,18 +141,44 @@ def test_files_are_never_overwritten_and_bad_files_are_named(tmp_path):
     assert not list(tmp_path.glob(".*partial"))
 
 
-def test_unsupported_cache_kinds_say_what_to_use(tmp_path):
-    model = _model()
-    pipe = BlockDiffusionPipeline(
-        model, SamplingConfig(), KVCacheConfig(window_frames=6, sink_frames=1, quantization="int8")
-    )
-    state = pipe.start_stream(torch.randn(1, 4, 8), H, W)
-    pipe.denoise_block(state, torch.randn(1, 3, 3))
-    with pytest.raises(ConfigError, match="quantization='none'"):
-        save_world_state(tmp_path / "w.safetensors", pipe, state, identity=model_identity(model, "test"))
+@pytest.mark.parametrize(("saved", "resumed"), [("offload_window_sink", "paged_window_sink"),
+                                               ("paged_window_sink", "offload_window_sink")])  # fmt: skip
+def test_offload_is_a_memory_lever_a_state_moves_across_it(tmp_path, saved, resumed):
+    """Offload reads the same slots in the same order as the resident paged cache: a state moves across."""
+    model, (prompts, actions) = _model(), _inputs()
+    pipe = BlockDiffusionPipeline(model, SamplingConfig(), CACHES[saved])
+    state = pipe.start_stream(prompts[0], H, W, seed=5)
+    _run(pipe, state, range(4), prompts, actions, {2: 1})
+    path = save_world_state(tmp_path / "w.safetensors", pipe, state, identity=model_identity(model, "test"))
+    uninterrupted = _run(pipe, state, range(4, 8), prompts, actions, {6: 2})
+    other = BlockDiffusionPipeline(_model(), SamplingConfig(), CACHES[resumed])
+    out = _run(other, load_world_state(path, other, identity=model_identity(model, "test")), range(4, 8), prompts,
+               actions, {6: 2})  # fmt: skip
+    assert type(other.kv_cache).__name__ != type(pipe.kv_cache).__name__
+    for a, b in zip(uninterrupted, out, strict=True):
+        assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", ["ring_window_sink", "paged_window_sink"])
+def test_quantized_states_are_refused_with_other_bits_residual_or_pages(tmp_path):
+    path = _saved(tmp_path, CACHES["int8_window_sink"])
+    same = _model()
+    cases = [
+        (KVCacheConfig(window_frames=9, sink_frames=3, quantization="int4"), "quantization: saved 'int8', here 'int4'"),
+        (KVCacheConfig(window_frames=9, sink_frames=3, quantization="int8", residual_frames=6),
+         "residual_frames: saved 3, here 6"),
+        (KVCacheConfig(window_frames=9, sink_frames=3), "quantization: saved 'int8', here 'none'"),
+    ]  # fmt: skip
+    for cache, message in cases:
+        pipe = BlockDiffusionPipeline(same, SamplingConfig(), cache)
+        with pytest.raises(ConfigError, match=message):
+            load_world_state(path, pipe, identity=model_identity(same, "test"))
+    offloaded = _saved(tmp_path / "o", CACHES["offload_global"])  # pages of one block; a ring has none
+    with pytest.raises(ConfigError, match="page_frames: saved 3, here 0"):
+        load_world_state(offloaded, BlockDiffusionPipeline(same, SamplingConfig(), KVCacheConfig()),
+                         identity=model_identity(same, "test"))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["ring_window_sink", "paged_window_sink", "offload_window_sink", "int8_window_sink"])
 def test_resume_after_a_kv_recache(tmp_path, name):
     """A re-cache restarts the window (the ring re-bases its origin): the saved state must carry that."""
     model, (prompts, actions) = _model(), _inputs()

@@ -239,6 +239,29 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
         ],
         [],
     ),
+    "continue_world": (
+        "Continue a world: save it after 7 blocks and go on from there (bundled model on CPU)",
+        [
+            (1, "InferixLoadWorldModel", BUNDLED_LOADER, {}),
+            (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
+            (
+                3,
+                "InferixBlockDenoise",
+                {**DENOISE, "num_blocks": 7, "width": 64, "height": 64},
+                {"world_model": (1, 0), "action_schedule": (2, 0)},
+            ),
+            (4, "InferixSaveWorldState", {"filename_prefix": "inferix/world"}, {"world_state": (3, 4)}),
+            (5, "InferixStreamSettings", {**STREAM, "filename_prefix": "inferix/continued"}, {}),
+            (
+                6,
+                "InferixBlockDenoise",
+                {**DENOISE, "num_blocks": 7, "width": 64, "height": 64},
+                {"world_model": (1, 0), "action_schedule": (2, 0), "stream": (5, 0), "world_state": (3, 4)},
+            ),
+            (7, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/continued"}, {"video": (6, 2)}),
+        ],
+        [],
+    ),
     "self_forcing_t2v": (
         "Self-Forcing text-to-video (Wan 2.1 1.3B, 4 steps per block)",
         [

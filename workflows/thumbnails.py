@@ -43,7 +43,8 @@ def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
     """uint8 frames [T, H, W, 3] of the workflow's Block Denoise, run on the bundled model."""
     from inferix_core.workflow import execute
 
-    [denoise] = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"]
+    # the last Block Denoise: with several (a continued world) it is the one the others feed
+    denoise = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"][-1]
     api = json.loads(json.dumps(api))
     inputs = api[denoise]["inputs"]
     inputs |= {"width": 64, "height": 64, "num_blocks": min(int(inputs["num_blocks"]), MAX_BLOCKS), "seconds": 0.0}

@@ -21,13 +21,14 @@ from typing import Any
 
 from ..cache import KVCacheConfig
 from ..controls import control_spec_of
-from ..errors import MissingFileError, WorkflowError
+from ..errors import ConfigError, InferixError, MissingFileError, WorkflowError
 from ..image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
 from ..image_world import takes_start_image
 from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
+from ..world_state import WorldState, read_world_state
 from .lora_option import add_lora_option
 from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args, model_flag_kwargs
 
@@ -68,6 +69,7 @@ class PlayResult:
     action_log: list[str | None] = field(default_factory=list)
     prompt_log: list[tuple[int, str]] = field(default_factory=list)
     interrupted: bool = False
+    world_files: list[Path] = field(default_factory=list)  # world states written (--save), in order
 
 
 def register(subparsers: Any) -> None:
@@ -94,6 +96,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output", default=None, help="mp4 path (default: output/inferix_play_NNNNN.mp4)")
     p.add_argument("--no-save", action="store_true", help="do not write an mp4")
     p.add_argument("--max-blocks", type=int, default=None, help="stop after this many blocks")
+    p.add_argument(
+        "--save",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="save the world when the session ends (and at each 'save' input: the page's save button or POST "
+        '/input {"type": "save"}, as FILE_NNNNN) to FILE, a new .safetensors file (never overwritten; '
+        "default output/inferix_world_NNNNN.safetensors); --resume continues it",
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="FILE",
+        help="continue a world saved with --save (the same model, size and cache settings; the prompt, seed "
+        "and held action come from the file)",
+    )
     p.add_argument(
         "--hard-switch",
         action="store_true",
@@ -146,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
     if width is None or height is None:
         default = IMAGE_MODEL_SIZE if takes_start_image(setup.world_model) else DEFAULT_SIZE
         width, height = width or default[0], height or default[1]
+    save = world_save_path(args.save)
+    resume = read_world_state(args.resume) if args.resume else None
     if args.no_save:
         output = None
     elif args.output:
@@ -177,7 +198,11 @@ def run(args: argparse.Namespace) -> int:
         on_ready=ready,
         start_image=args.image or setup.start_image,
         clip_vision=args.clip_vision or setup.clip_vision,
+        save=save,
+        world_state=resume,
     )
+    for path in result.world_files:
+        print(f"world state: {path}")
     how = "interrupted" if result.interrupted else "stopped"
     print(f"{how} after {result.num_blocks} blocks ({result.num_frames} frames, {result.seconds:.1f} s)")
     if result.output is not None:
@@ -203,11 +228,15 @@ def play(
     on_ready: Callable[[LiveView], None] | None = None,
     start_image: Any = None,
     clip_vision: Any = None,
+    save: str | Path | None = None,
+    world_state: WorldState | None = None,
 ) -> PlayResult:
     """Serve a LiveView, run an InteractiveSession on its inputs, and close everything cleanly.
 
     Returns when the page sends stop, after `max_blocks`, or on Ctrl-C (KeyboardInterrupt is absorbed:
     the sinks close, so the mp4 is complete up to the last finished block).
+    With `save`, the world is written there when the session ends and, at each "save" input, to
+    `<stem>_NNNNN.safetensors` beside it (never overwriting); `world_state` continues a saved world.
     """
     controls = control_spec_of(world_model) if takes_start_image(world_model) or start_image is not None else None
     keys = dict(key_actions) if key_actions is not None else key_map(world_model.action_names)
@@ -222,6 +251,7 @@ def play(
     t0 = time.perf_counter()
     session = None
     interrupted = False
+    world_files: list[Path] = []
     try:
         view.start()
         session = InteractiveSession(
@@ -238,14 +268,28 @@ def play(
             default_action=idle,
             start_image=start_image,
             clip_vision=clip_vision,
+            world_state=world_state,
         )
         if on_ready is not None:
             on_ready(view)
-        session.run(max_blocks=max_blocks, on_block=lambda block: view.post_stats(block_stats(block)))
+
+        def on_block(block: SessionBlock) -> None:
+            view.post_stats(block_stats(block))
+            if save is not None:
+                while session.save_requests > len(world_files):  # a "save" input, applied at this boundary
+                    path = Path(save)
+                    world_files.append(session.save_world(unique_path(path.parent, path.stem, "safetensors")))
+
+        session.run(max_blocks=max_blocks, on_block=on_block)
     except KeyboardInterrupt:
         interrupted = True
         log.info("interrupted: closing the stream")
     finally:
+        if session is not None and save is not None:
+            try:
+                world_files.append(session.save_world(save))  # a save input at the very end is this one too
+            except InferixError as exc:
+                log.error("the world was not saved: %s", exc)
         if session is not None:
             session.close()  # closes the view and publishes the mp4
         else:
@@ -255,8 +299,27 @@ def play(
     return PlayResult(
         url=view.url, output=published, num_blocks=session.num_blocks if session else 0, num_frames=view.num_frames,
         seconds=time.perf_counter() - t0, action_log=list(session.action_log) if session else [],
-        prompt_log=list(session.prompt_log) if session else [], interrupted=interrupted,
+        prompt_log=list(session.prompt_log) if session else [], interrupted=interrupted, world_files=world_files,
     )  # fmt: skip
+
+
+def world_save_path(value: str | None) -> Path | None:
+    """--save's file: None (not saving), output/inferix_world_NNNNN.safetensors (no name), or a new FILE.
+
+    Checked before the session starts, so a taken name never costs the session's world at the end.
+    """
+    if value is None:
+        return None
+    if not value:
+        return unique_path("output", "inferix_world", "safetensors")
+    path = Path(value)
+    if path.suffix != ".safetensors":
+        raise ConfigError(f"--save {value}: a world state is a .safetensors file; use a name such as world.safetensors")
+    if path.exists():
+        raise ConfigError(f"--save {value}: the file exists and is never overwritten; choose a new name")
+    if not path.parent.is_dir():
+        raise MissingFileError(f"--save {value}: the folder '{path.parent}' does not exist")
+    return path
 
 
 def block_stats(block: SessionBlock) -> dict[str, Any]:

@@ -81,6 +81,11 @@ class GenerationRequest:
     # LongLive 2.0 shots: generated-block indices (>= 1) that start a new shot; with the sampling's shot settings
     # each pins its first frames as a shot sink and shifts RoPE by one more shot_rope_offset (SamplingConfig)
     shot_blocks: tuple[int, ...] = ()
+    # continue a saved world (`world_state.load_world_state`) instead of a fresh stream: no initial latents;
+    # `resume_history` are the (start, clean latents, action) blocks a re-cache re-runs (`stream_history`)
+    resume_state: StreamState | None = None
+    resume_history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
+    keep_history: bool = False  # keep `stream_history` without a prompt switch too (to save the world at the end)
 
 
 @dataclass
@@ -199,6 +204,8 @@ class BlockDiffusionPipeline:
                 self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
         self.first_timesteps = self.first_scheduler.step_timesteps if self.unipc is None else self.timesteps
         self.kv_cache = None  # the last run's cache (for inspection and tests)
+        self.stream_state: StreamState | None = None  # the last stream()'s state and re-cache history
+        self.stream_history: list = []
 
     @property
     def device(self) -> torch.device:
@@ -237,17 +244,26 @@ class BlockDiffusionPipeline:
         shape = (bsz, request.num_blocks * n, cfg.out_dim, h, w)
 
         # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
-        noise = request.noise or SeededNoise(request.seed, total_shape=shape)
-        state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames,
-                                  image_context=request.image_context)  # fmt: skip
+        if request.resume_state is not None:  # a saved world: its cache, prompt, noise and position
+            if num_initial:
+                raise ConfigError("a resumed world continues from its own frames; pass no initial latents")
+            state = request.resume_state
+        else:
+            noise = request.noise or SeededNoise(request.seed, total_shape=shape)
+            state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames,
+                                      image_context=request.image_context)  # fmt: skip
+            state.clean_prefix = request.clean_first_latents
         schedule = dict(request.prompt_schedule)
-        state.clean_prefix = request.clean_first_latents
+        # what a caller needs to save the world after any block (world_state.capture_world_state)
+        self.stream_state = state
 
         recache = request.recache_on_switch and bool(schedule)
         shots = set(request.shot_blocks)
         if 0 in shots or (shots and recache):
             raise ConfigError("shot_blocks start at block 1 and cannot be combined with a re-cache on prompt switches")
-        history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []  # clean blocks still in the cache
+        # clean blocks still in the cache (a re-cache re-runs them); kept for a saved world too
+        history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = list(request.resume_history)
+        self.stream_history = history
 
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
         for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
@@ -256,8 +272,9 @@ class BlockDiffusionPipeline:
             action = self._actions(request, a, b - a)
             self.context_pass(state, latents, a, action)
             state.next_frame = b
-            if recache:
+            if recache or request.keep_history:
                 history = _keep_resident([*history, (a, latents, action)], state.cache)
+                self.stream_history = history
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
         # 4. generated blocks
@@ -269,8 +286,9 @@ class BlockDiffusionPipeline:
                 context = None
                 self.recache_window(state, history)
             out = self.denoise_block(state, action, hooks, context=context, new_shot=index in shots)
-            if recache:
+            if recache or request.keep_history:
                 history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
+                self.stream_history = history
             yield out
 
     # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------

@@ -36,7 +36,7 @@ DEFAULT_KEY_ACTIONS: dict[str, str] = {
     "w": "forward", "arrowup": "forward", "s": "backward", "arrowdown": "backward",
     "a": "left", "arrowleft": "left", "d": "right", "arrowright": "right",
 }  # fmt: skip
-EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop", "branch", "pick")
+EVENT_TYPES = ("prompt", "action", "control", "pause", "resume", "stop", "branch", "pick", "save")  # save: the world
 MAX_BRANCH_FUTURES = 4  # futures of one "branch here" (the session's limit too)
 MAX_PROMPT_CHARS = 4000
 MAX_BODY_BYTES = 64 * 1024

@@ -136,7 +136,8 @@ def _run_node(
     kwargs = {k: v for k, v in kwargs.items() if k in known}
     for name, kind in (declared.get("hidden") or {}).items():
         kind = kind[0] if isinstance(kind, (tuple, list)) else kind  # V3 shims declare ("UNIQUE_ID",)
-        kwargs[name] = {"PROMPT": workflow, "UNIQUE_ID": nid}.get(kind)  # EXTRA_PNGINFO etc.: None headless
+        # DYNPROMPT: ComfyUI passes a DynamicPrompt; its original prompt is this dict. EXTRA_PNGINFO: None headless
+        kwargs[name] = {"PROMPT": workflow, "DYNPROMPT": workflow, "UNIQUE_ID": nid}.get(kind)
     if getattr(node_class, "INPUT_IS_LIST", False):
         kwargs = {k: [v] for k, v in kwargs.items()}
     func_name = getattr(node_class, "FUNCTION", None)

@@ -131,7 +131,7 @@ def test_core_vae_equals_the_world_models_vae(node_classes, world_model):
 
 def test_block_denoise_latent_is_vae_space(node_classes, world_model, output_dir):
     cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0)), {}]]
-    latent, image, video, _core_video = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
+    latent, image, video, _core_video, _world = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
         world_model=world_model,
         prompt="",
         num_blocks=2,

@@ -99,7 +99,8 @@ def test_tiny_workflow_runs_headless(node_classes, models_dir, output_dir):
         )
     finally:
         remove()
-    latent, image, video, core = result.outputs["4"]
+    latent, image, video, core, world = result.outputs["4"]
+    assert world is None  # nothing reads the world_state output: not captured
     assert latent["samples"].shape == (1, 16, 9, 8, 12)  # [B, C, F, h, w]
     assert image.dtype == torch.float32 and image.shape[1:] == (64, 96, 3) and 0 <= image.min() <= image.max() <= 1
     assert len(video.frames) == image.shape[0]

@@ -59,7 +59,7 @@ def test_v1_attributes_are_plain_class_attributes(node_classes):
 def test_sockets_and_combo_lists(node_classes):
     denoise = node_classes["InferixBlockDenoise"]
     # the core VIDEO last: links of workflows saved with three outputs keep their slots
-    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO", "VIDEO")
+    assert denoise.RETURN_TYPES == ("LATENT", "IMAGE", "INFERIX_VIDEO", "VIDEO", "INFERIX_WORLD_STATE")
     core_model = node_classes["InferixWorldModelFromCoreModel"].INPUT_TYPES()
     assert core_model["required"]["model"][0] == "MODEL" and core_model["optional"]["vae"][0] == "VAE"
     assert node_classes["InferixWorldModelFromCoreModel"].RETURN_TYPES == ("INFERIX_WORLD_MODEL",)
@@ -67,7 +67,8 @@ def test_sockets_and_combo_lists(node_classes):
     assert declared["required"]["world_model"][0] == "INFERIX_WORLD_MODEL"
     assert declared["optional"]["kv_cache"][0] == "INFERIX_KV_CACHE_CONFIG"
     assert declared["required"]["seed"][1]["control_after_generate"] is True
-    assert declared["hidden"] == {"unique_id": ("UNIQUE_ID",)}
+    # dynprompt: Block Denoise reads whether its world_state output is linked (Hidden.prompt would clash with "prompt")
+    assert declared["hidden"] == {"unique_id": ("UNIQUE_ID",), "dynprompt": ("DYNPROMPT",)}
     assert node_classes["InferixKVCacheConfig"].RETURN_TYPES == ("INFERIX_KV_CACHE_CONFIG",)
     assert node_classes["InferixLoadWorldModel"].RETURN_TYPES == ("INFERIX_WORLD_MODEL",)
     model_choices = node_classes["InferixLoadWorldModel"].INPUT_TYPES()["required"]["model"][0]

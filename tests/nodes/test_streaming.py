@@ -123,7 +123,7 @@ def test_kv_cache_config_shows_the_memory_plan(node_classes, world_model):
 
 
 def test_vae_decode_node_equals_block_denoise_frames(node_classes, world_model, output_dir):
-    latent, image, _, _ = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
+    latent, image, _, _, _ = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
         **denoise_args(world_model, num_blocks=2)
     )["result"]
     (decoded,) = node_classes["InferixVAEDecode"]().EXECUTE_NORMALIZED(

@@ -24,6 +24,7 @@ USE_CASES = {
     "matrix_game2_gta_drive",
     "longlive2_t2v",
     "longlive2_i2v",
+    "continue_world",
 }
 # folders ComfyUI scans for a pack's templates (app/custom_node_manager.py, v0.3.64 and v0.27)
 SCANNED = ("example_workflows", "example", "examples", "workflow", "workflows")
