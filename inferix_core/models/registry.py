@@ -556,7 +556,7 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
     instead (on the GPU only to encode a new prompt) when it fits beside what the run keeps there, else
     'cpu': the same embeddings, logged; otherwise the placement asked stays.
     """
-    from ..cache.planner import plan_resident_blocks
+    from ..cache.planner import allocator_headroom_bytes, plan_resident_blocks
 
     text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
     latent_h, latent_w = 60, 104  # 480x832 through the Wan VAE's 8x
@@ -579,7 +579,8 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
             raise refused from None
         # offload brings the whole encoder to the GPU for an encode, beside what the run keeps there
         kept = memory_plan.weights_bytes + memory_plan.requested_cache.device_bytes + memory_plan.vae_kept_bytes
-        placement = "offload" if kept + text_bytes <= budget else "cpu"
+        usable = budget - allocator_headroom_bytes(budget)  # as plan_resident_blocks leaves the allocator
+        placement = "offload" if kept + text_bytes <= usable else "cpu"
         log.info(
             "the text encoder (%.1f GiB) does not fit beside the run in %.1f GiB: placed '%s' (%s; the same "
             "embeddings)", text_bytes / 2**30, budget / 2**30, placement,

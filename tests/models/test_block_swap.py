@@ -149,15 +149,17 @@ def test_planner_counts_only_resident_blocks_and_slots():
 
 def test_plan_resident_blocks_fills_the_budget_and_names_a_fix():
     from inferix_core.cache import KVCacheConfig
-    from inferix_core.cache.planner import plan_memory, plan_resident_blocks
+    from inferix_core.cache.planner import allocator_headroom_bytes, plan_memory, plan_resident_blocks
     from inferix_core.errors import CacheBudgetError
 
     cfg = WanConfig(num_layers=40, dim=5120, ffn_dim=13824, num_heads=40)
     cache = KVCacheConfig(window_frames=6)
-    resident, plan = plan_resident_blocks(cfg, 24 * 2**30, 60, 104, cache, max_frames=21, vae_bytes=0)
-    assert 0 < resident < 40 and plan.total_bytes <= 24 * 2**30
+    card = 24 * 2**30
+    usable = card - allocator_headroom_bytes(card)  # the allocator's share stays unplanned
+    resident, plan = plan_resident_blocks(cfg, card, 60, 104, cache, max_frames=21, vae_bytes=0)
+    assert 0 < resident < 40 and plan.total_bytes <= usable
     nxt = plan_memory(cfg, 60, 104, cache, max_frames=21, vae_bytes=0, resident_blocks=resident + 1)
-    assert nxt.total_bytes > 24 * 2**30
+    assert nxt.total_bytes > usable
     full, _ = plan_resident_blocks(cfg, 200 * 2**30, 60, 104, cache, max_frames=21, vae_bytes=0)
     assert full == 40
     with pytest.raises(CacheBudgetError, match="fp8_weights=True"):
@@ -188,13 +190,14 @@ def test_load_world_model_plans_block_swap_from_gpu_memory(tmp_path):
     # a budget that holds the run with exactly 3 resident blocks (per the planner's own sums at 480x832)
     full, _ = plan_resident_blocks(cfg, 2**40, 60, 104, fam.cache, dtype=torch.float32, max_frames=21)
     assert full == 6
-    from inferix_core.cache.planner import plan_memory
+    from inferix_core.cache.planner import ALLOCATOR_HEADROOM_FRACTION, plan_memory
     from inferix_core.vae.memory import DECODE_SLICINGS
 
     smallest = DECODE_SLICINGS[-1]  # the planner makes the decode smaller before it streams blocks
-    budget = plan_memory(
+    need = plan_memory(
         cfg, 60, 104, fam.cache, dtype=torch.float32, max_frames=21, resident_blocks=3, decode_slicing=smallest
     ).total_bytes
+    budget = int(need / (1 - ALLOCATOR_HEADROOM_FRACTION)) + 2  # the plan plus the allocator's headroom
     wm = load_world_model(str(path), device="cpu", gpu_memory=budget)
     assert wm.transformer.block_swap.resident == 3
     from inferix_core.errors import CacheBudgetError
@@ -231,13 +234,16 @@ def test_a_text_encoder_that_leaves_no_plan_moves_off_the_gpu(tmp_path):
         resident_blocks=0,
         decode_slicing=DECODE_SLICINGS[-1],
     )
-    budget = smallest.total_bytes + 4096
+    from inferix_core.cache.planner import ALLOCATOR_HEADROOM_FRACTION, allocator_headroom_bytes
+
+    budget = int((smallest.total_bytes + 4096) / (1 - ALLOCATOR_HEADROOM_FRACTION)) + 2  # + the allocator's share
+    usable = budget - allocator_headroom_bytes(budget)
     kept = smallest.weights_bytes + smallest.requested_cache.device_bytes + smallest.vae_kept_bytes
     small, large = tmp_path / "small.safetensors", tmp_path / "large.safetensors"
     with open(small, "wb") as f:
         f.truncate(8192)  # more than the 4 KiB left over, less than the decode's transient
     with open(large, "wb") as f:
-        f.truncate(budget - kept + 1)  # cannot sit beside what the run keeps either
+        f.truncate(usable - kept + 1)  # cannot sit beside what the run keeps either
     args = (cfg, fam, budget, torch.float32, False)
     assert _planned_resident_blocks(*args, str(small), "device")[2] == "offload"
     assert _planned_resident_blocks(*args, str(large), "device")[2] == "cpu"
