@@ -146,7 +146,8 @@ def test_unknown_layout_names_file_and_expectation(tmp_path):
 def test_missing_keys_are_reported(vae_fixture, tmp_path):
     """A decoder weight missing from the fixture's own state dict (the config is inferred from the encoder's
     keys, so the file still parses) is named in the error, with the file."""
-    sd = dict(vae_fixture.vae.state_dict())
+    # contiguous: a decode with channels_last options (another test) may have converted the shared VAE's weights
+    sd = {k: v.contiguous() for k, v in vae_fixture.vae.state_dict().items()}
     decoder = sorted(k for k in sd if k.startswith("decoder.") and k.endswith(".weight"))
     temporal = [k for k in decoder if "time_conv" in k]
     for key in {(temporal or decoder)[-1], decoder[len(decoder) // 2]}:
