@@ -119,6 +119,8 @@ DENOISE = {
     "denoising_steps": "1000,750,500,250",
     "seed": 42,
 }
+# the bundled model has no text conditioning (it is steered by actions): its workflows carry no prompt
+BUNDLED_DENOISE = {**DENOISE, "prompt": "", "width": 64, "height": 64}
 STREAM_OUT = {"fps": 16.0, "filename_prefix": "inferix/video", "save_frames": "none", "crf": 18}
 # Block Denoise writes the mp4 while it generates (Stream Settings → its `stream` input); Stream Out shows it
 STREAM = {"filename_prefix": "inferix/video", "fps": 0.0, "crf": 18, "save_frames": "none"}
@@ -232,9 +234,7 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
             load_world_model(1, BUNDLED_LOADER),
             (2, "InferixActionSchedule", {"schedule": DRIVE_ACTIONS}, {}),
             stream_settings(5, "inferix/quickstart"),
-            block_denoise(
-                3, {**DENOISE, "num_blocks": 14, "width": 64, "height": 64}, world_model=1, action_schedule=2, stream=5
-            ),
+            block_denoise(3, {**BUNDLED_DENOISE, "num_blocks": 14}, world_model=1, action_schedule=2, stream=5),
             stream_out(4, "inferix/quickstart", 3),
         ],
         [],
@@ -247,7 +247,7 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
             (
                 3,
                 "InferixBlockDenoise",
-                {**DENOISE, "num_blocks": 7, "width": 64, "height": 64},
+                {**BUNDLED_DENOISE, "num_blocks": 7},
                 {"world_model": (1, 0), "action_schedule": (2, 0)},
             ),
             (4, "InferixSaveWorldState", {"filename_prefix": "inferix/world"}, {"world_state": (3, 4)}),
@@ -255,7 +255,7 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
             (
                 6,
                 "InferixBlockDenoise",
-                {**DENOISE, "num_blocks": 7, "width": 64, "height": 64},
+                {**BUNDLED_DENOISE, "num_blocks": 7},
                 {"world_model": (1, 0), "action_schedule": (2, 0), "stream": (5, 0), "world_state": (3, 4)},
             ),
             (7, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/continued"}, {"video": (6, 2)}),
@@ -353,7 +353,7 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
             stream_settings(6, "inferix/drive", save_frames="png"),
             block_denoise(
                 4,
-                {**DENOISE, "seconds": 8.0, "width": 64, "height": 64},
+                {**BUNDLED_DENOISE, "seconds": 8.0},
                 world_model=1,
                 kv_cache=3,
                 action_schedule=2,

@@ -242,7 +242,9 @@ def play(
     keys = dict(key_actions) if key_actions is not None else key_map(world_model.action_names)
     if controls is not None:  # keyboard/mouse models: held keys and mouse-look, no named actions
         keys = {}
-    view = LiveView(host, port, fps=world_model.fps, key_actions=keys, controls=controls)
+    # a model without a text encoder runs on its default context (the bundled one): no prompt box to mislead
+    takes_prompt = controls is None and world_model.text_encoder is not None
+    view = LiveView(host, port, fps=world_model.fps, key_actions=keys, controls=controls, takes_prompt=takes_prompt)
     sinks: list[Any] = [view]
     mp4 = Mp4Sink(output, fps=world_model.fps) if output is not None else None
     if mp4 is not None:

@@ -376,6 +376,7 @@ class LiveView(FrameSink):
         key_actions: Mapping[str, str] | None = None,
         buffer_frames: int = 64,
         controls: ControlSpec | None = None,
+        takes_prompt: bool = True,
     ):
         if fps <= 0 or not 1 <= jpeg_quality <= 100 or buffer_frames < 1:
             raise ConfigError(
@@ -385,6 +386,7 @@ class LiveView(FrameSink):
         self.host, self.port, self.fps = host, port, float(fps)
         self.key_actions = dict(DEFAULT_KEY_ACTIONS if key_actions is None else key_actions)
         self.controls = controls
+        self.takes_prompt = takes_prompt  # False: the model has no text conditioning, the page shows no prompt box
         self.inputs = InputQueue(set(self.key_actions.values()), controls=controls)
         self.hub = _Broadcast(buffer_frames, jpeg_quality)
         self.stopping = threading.Event()
@@ -443,7 +445,9 @@ class LiveView(FrameSink):
         if self._page is None:
             template = resources.files("inferix_core.sinks").joinpath("live.html").read_text(encoding="utf-8")
             controls = None if self.controls is None else self.controls.page_config()
-            config = json.dumps({"key_actions": self.key_actions, "fps": self.fps, "controls": controls})
+            config = json.dumps(
+                {"key_actions": self.key_actions, "fps": self.fps, "controls": controls, "prompt": self.takes_prompt}
+            )
             self._page = template.replace("/*INFERIX_CONFIG*/{}", config)
         return self._page
 

@@ -74,6 +74,13 @@ def test_page_is_served_with_config() -> None:
     assert "http://" not in page.replace(view.url, "") and "https://" not in page  # no CDN or external asset
 
 
+def test_a_model_without_text_conditioning_gets_no_prompt_box_config() -> None:
+    """The page hides its prompt box when the view says the model takes no prompt (the bundled model)."""
+    assert '"prompt": false' in LiveView(takes_prompt=False).page()
+    assert '"prompt": true' in LiveView().page()
+    assert "CONFIG.prompt === false" in LiveView(takes_prompt=False).page()  # the page script acts on it
+
+
 def test_mjpeg_delivers_decodable_frames_in_order() -> None:
     rng = np.random.default_rng(0)
     blocks = [solid_block(rng) for _ in range(2)]
