@@ -224,3 +224,28 @@ def test_resume_after_a_shot_pin_equals_never_stopping(tmp_path):
     assert (resumed.shot_index, resumed.rope_offset) == (1, 3.0)
     for a, b in zip(uninterrupted, run(other, resumed, range(4, 9)), strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_new_run_releases_the_last_runs_state_before_allocating_its_cache(monkeypatch):
+    """stream() keeps its last state for a world-state capture; the next run must drop it (and its KV cache)
+    before allocating its own, or two caches coexist (the 8 GiB H200 run ran out exactly there)."""
+    import weakref
+
+    import inferix_core.pipeline.block_diffusion as bd
+    from inferix_core.pipeline import GenerationRequest
+
+    pipe = BlockDiffusionPipeline(_model(), SamplingConfig(), CACHES["ring_window_sink"])
+    prompts, actions = _inputs()
+    request = GenerationRequest(num_blocks=2, latent_height=H, latent_width=W, context=prompts[0], actions=actions)
+    pipe.generate(request)
+    old = weakref.ref(pipe.stream_state.cache)
+    alive_at_allocation = []
+    real = bd.create_kv_cache
+
+    def spy(*args, **kwargs):
+        alive_at_allocation.append(old() is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bd, "create_kv_cache", spy)
+    pipe.generate(request)
+    assert alive_at_allocation == [False]

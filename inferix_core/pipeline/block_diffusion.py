@@ -326,7 +326,8 @@ class BlockDiffusionPipeline:
             device=self.device,
             max_frames=max_frames,
         )
-        self.kv_cache = None  # release the previous run's cache before allocating the next one
+        # release the previous run's cache (and the state that holds it) before allocating the next one
+        self.kv_cache, self.stream_state, self.stream_history = None, None, []
         shots = {"shot_sinks": True} if self.sampling.shot_sinks else {}  # a cache that can pin (cache/shots.py)
         graphs = None if shots else _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
         base = (
