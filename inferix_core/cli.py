@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"inferix_core.commands.{name}")
+            with _stop_signals_deferred():
+                module = importlib.import_module(f"inferix_core.commands.{name}")
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("inferix_core.commands"):
                 continue  # subcommand not shipped in this build
@@ -44,6 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.register(sub)
     return parser
+
+
+@contextlib.contextmanager
+def _stop_signals_deferred():
+    """Hold SIGINT/SIGTERM while the subcommands import (torch among them), then take them.
+
+    A KeyboardInterrupt raised inside an extension module's initialisation (`import torch`) can abort the
+    interpreter (exit -6) instead of unwinding; blocked, the signal is delivered when the import is done and
+    stops the program as any other (exit 130). POSIX only; elsewhere imports run as they are.
+    """
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stops = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _unavailable(name: str, exc: Exception):
