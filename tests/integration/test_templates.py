@@ -39,6 +39,7 @@ def _open_card(page, title: str, timeout: float = 90) -> None:
 
     The category is clicked again every few seconds while the card is missing: the dialog selects its first
     category itself once the template index has loaded, which can undo an earlier click (frontend 1.27).
+    Its scrollable parts are scrolled to the end meanwhile: past the first page the cards render on scroll.
     """
     page.wait_for(
         f"""(() => {{
@@ -49,6 +50,10 @@ def _open_card(page, title: str, timeout: float = 90) -> None:
           }};
           const card = innermost({json.dumps(title)});
           if (card) {{ card.click(); return true; }}
+          // more cards than the first page: the dialog renders the rest as it is scrolled (frontend 1.27)
+          dialogs.flatMap((d) => [...d.querySelectorAll('*')])
+            .filter((e) => e.scrollHeight > e.clientHeight + 4)
+            .forEach((e) => {{ e.scrollTop = e.scrollHeight; }});
           const now = Date.now();
           if (!window.__inferixPackClick || now - window.__inferixPackClick > 3000) {{
             const pack = innermost({json.dumps(PACK)});
