@@ -8,7 +8,32 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from inferix_core.pipeline import PipelineHooks
+
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+class FixtureNoise:
+    """Feeds a fixture's stored initial noise and per-step re-noise draws to the pipeline instead of drawing."""
+
+    def __init__(self, tensors: dict):
+        self.t = tensors
+
+    def initial(self, start_frame, shape):
+        return self.t["noise"][:, start_frame : start_frame + shape[1]]
+
+    def step(self, block, step, shape):
+        return self.t[f"block{block}.step{step}.noise"]
+
+
+class Recorder(PipelineHooks):
+    """Pipeline hooks that keep every step's x0 by (block, step), to compare with the fixture's."""
+
+    def __init__(self):
+        self.x0 = {}
+
+    def on_step(self, index, step, x0):
+        self.x0[(index, step)] = x0.clone()
 
 
 def fixture_files(pattern: str) -> list[Path]:

@@ -42,7 +42,7 @@ def test_cache_parity(path, kind):
         latent_width=W,
         context=t["text_context"],
         batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
     out, kv_after, attended, global_end = [], {}, [], []
     for block in pipe.stream(req, rec):

@@ -123,7 +123,7 @@ def test_fixture_rollout_error(path, q, bound, max_abs):
         latent_width=W,
         context=t["text_context"],
         batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
     out = pipe.generate(req)
     ref = t["output_latents"]

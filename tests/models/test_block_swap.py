@@ -29,7 +29,7 @@ def _run_fixture(path, model, sampling, cache_cfg, t, p):
         latent_width=W,
         context=t["text_context"],
         batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
     return torch.cat([b.latents for b in pipe.stream(req)], dim=1)
 

@@ -68,7 +68,7 @@ def _request(info, t, sampling, num_blocks=None):
         W,
         t["text_context"],
         batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
 
 

@@ -42,9 +42,7 @@ def _fixture_run(path, dtype, graphs: bool, compiled: bool = False):
     assert (runner is not None) == graphs
     p = info["pipeline"]
     B, _F, _C, H, W = p["latent_shape"]
-    req = GenerationRequest(
-        p["num_blocks"], H, W, t["text_context"].to(dtype), batch_size=B, noise=FixtureNoise(t, sampling.block_frames)
-    )
+    req = GenerationRequest(p["num_blocks"], H, W, t["text_context"].to(dtype), batch_size=B, noise=FixtureNoise(t))
     out = BlockDiffusionPipeline(model, sampling, cache).generate(req).float().cpu()
     return out, t["output_latents"], runner, p
 

@@ -54,7 +54,7 @@ def generate(path, lora: bool):
         latent_width=W,
         context=t["text_context"],
         batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
     blocks, attended, global_end = [], [], []
     for block in pipe.stream(req, rec):
@@ -117,7 +117,7 @@ def replay_session(path, recache_style: str | None = None):
         wm, names[0], width=8 * W, height=8 * H, cache=cache, sampling=sampling, decode=False,
         prompt_encoder=lambda name: t[name], recache_style=recache_style,
     )  # fmt: skip
-    session.state.noise = FixtureNoise(t, sampling.block_frames)
+    session.state.noise = FixtureNoise(t)
     out, switches = [], iter(names[1:])
     for b in range(p["num_blocks"]):
         if b in sw["switch_block_indices"]:
@@ -155,7 +155,7 @@ def test_prompt_schedule_with_recache_matches_the_authors_run(path):
     schedule = [(b, t[name]) for b, name in zip(sw["switch_block_indices"], sw["prompts"][1:], strict=True)]
     req = GenerationRequest(
         num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t[sw["prompts"][0]], batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames), prompt_schedule=schedule, recache_on_switch=True,
+        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True,
     )  # fmt: skip
     latents = pipe.generate(req)
     torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)

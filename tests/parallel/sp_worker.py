@@ -53,7 +53,7 @@ def run_parity(out: dict) -> None:
                 latent_width=w,
                 context=t["text_context"],
                 batch_size=b,
-                noise=FixtureNoise(t, sampling.block_frames),
+                noise=FixtureNoise(t),
             )
             key = f"{path.name}/{kind}"
             out[key + "/latents"] = pipe.generate(req, rec)

@@ -112,7 +112,7 @@ def single_process(path: Path, overrides: dict):
         latent_width=w,
         context=t["text_context"],
         batch_size=b,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
     latents = pipe.generate(req, rec)
     return t, latents, torch.stack([rec.x0[k] for k in sorted(rec.x0)]), model.config.num_heads

@@ -18,11 +18,13 @@ import torch
 from inferix_core.models.registry import get_family
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.scheduler import FlowMatchScheduler
 from inferix_core.vae import WanVAE
 from inferix_core.vae.pixel_window import PixelWindowEncoder
 from tests.fixture_utils import (
+    FixtureNoise,
+    Recorder,
     cache_from_metadata,
     fixture_files,
     fixture_weights,
@@ -38,27 +40,6 @@ RUNS = [pytest.param(f, id=f.name, marks=[pytest.mark.slow] if f in REENCODE els
 IDS = [f.name for f in FILES]
 # settings a Krea session takes per request (release_server.GenerateParams): fixture name -> SamplingConfig field
 PER_SESSION = {"kv_cache_num_frames": "kv_recompute_frames", "keep_first_frame": "keep_first_frame"}
-
-
-class FixtureNoise:
-    """Feeds the stored initial and re-noise tensors instead of drawing."""
-
-    def __init__(self, tensors: dict):
-        self.t = tensors
-
-    def initial(self, start_frame, shape):
-        return self.t["noise"][:, start_frame : start_frame + shape[1]]
-
-    def step(self, block, step, shape):
-        return self.t[f"block{block}.step{step}.noise"]
-
-
-class Recorder(PipelineHooks):
-    def __init__(self):
-        self.x0 = {}
-
-    def on_step(self, index, step, x0):
-        self.x0[(index, step)] = x0.clone()
 
 
 def _vae(path, info) -> WanVAE:

@@ -13,22 +13,14 @@ import pytest
 import torch
 
 from inferix_core.conditioning import matrix_game_request
-from inferix_core.pipeline import BlockDiffusionPipeline, PipelineHooks
+from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.scheduler import FlowMatchScheduler
-from tests.fixture_utils import fixture_files, read_fixture
+from tests.fixture_utils import Recorder, fixture_files, read_fixture
 from tests.matrix_game2_utils import FixtureNoise, build, to_bfchw
 
 ATOL = 1e-4
 FILES = fixture_files("matrix_game2_*.safetensors")
 pytestmark = pytest.mark.skipif(not FILES, reason="no matrix_game2_*.safetensors in tests/fixtures")
-
-
-class Recorder(PipelineHooks):
-    def __init__(self):
-        self.x0 = {}
-
-    def on_step(self, index, step, x0):
-        self.x0[(index, step)] = x0.clone()
 
 
 CACHE_KINDS = {"ring": {}, "paged": {"page_frames": 1}, "offload": {"page_frames": 1, "offload": "always"}}

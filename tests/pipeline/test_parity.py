@@ -11,33 +11,19 @@ import torch
 
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks
+from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.scheduler import FlowMatchScheduler
-from tests.fixture_utils import fixture_files, fixture_weights, read_fixture, settings_from_metadata
+from tests.fixture_utils import (  # FixtureNoise, Recorder: imported from here by other tests too
+    FixtureNoise,
+    Recorder,
+    fixture_files,
+    fixture_weights,
+    read_fixture,
+    settings_from_metadata,
+)
 
 ATOL = 1e-4
 FILES = fixture_files("causal_wan_*.safetensors")
-
-
-class FixtureNoise:
-    """Feeds the stored initial and re-noise tensors instead of drawing."""
-
-    def __init__(self, tensors: dict, block_frames: int):
-        self.t, self.n = tensors, block_frames
-
-    def initial(self, start_frame, shape):
-        return self.t["noise"][:, start_frame : start_frame + shape[1]]
-
-    def step(self, block, step, shape):
-        return self.t[f"block{block}.step{step}.noise"]
-
-
-class Recorder(PipelineHooks):
-    def __init__(self):
-        self.x0 = {}
-
-    def on_step(self, index, step, x0):
-        self.x0[(index, step)] = x0.clone()
 
 
 def build(path):
@@ -75,7 +61,7 @@ def test_pipeline_parity(path):
         latent_width=W,
         context=t["text_context"],
         batch_size=B,
-        noise=FixtureNoise(t, sampling.block_frames),
+        noise=FixtureNoise(t),
     )
     kv_after, attended, global_end = {}, [], []
     out = []

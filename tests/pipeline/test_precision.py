@@ -17,7 +17,7 @@ def test_half_precision_close_to_fp32(dtype, tol):
     B, _, _, H, W = p["latent_shape"]
 
     def run(m, ctx):
-        req = GenerationRequest(p["num_blocks"], H, W, ctx, batch_size=B, noise=FixtureNoise(t, sampling.block_frames))
+        req = GenerationRequest(p["num_blocks"], H, W, ctx, batch_size=B, noise=FixtureNoise(t))
         return BlockDiffusionPipeline(m, sampling, cache).generate(req).float()
 
     ref = run(model, t["text_context"])
