@@ -28,6 +28,15 @@ WAN21_LATENT_STD: tuple[float, ...] = (
 _BLOCK_KEY = re.compile(r"^encoder\.downsamples\.(\d+)\.(.+)$")
 
 
+def check_down_stages(dim_mult: tuple[int, ...], temporal_downsample: tuple[bool, ...]) -> None:
+    """One temporal-downsample flag per encoder down stage (Wan 2.1 and 2.2 VAE configs)."""
+    if len(temporal_downsample) != len(dim_mult) - 1:
+        raise ConfigError(
+            f"temporal_downsample has {len(temporal_downsample)} entries but dim_mult "
+            f"{dim_mult} has {len(dim_mult) - 1} down stages; they must match"
+        )
+
+
 def check_latent_stats(mean: tuple[float, ...], std: tuple[float, ...], z_dim: int) -> None:
     """Latent normalisation constants need one mean and one std per latent channel."""
     if len(mean) != z_dim or len(std) != z_dim:
@@ -49,11 +58,7 @@ class WanVAEConfig:
         object.__setattr__(self, "dim_mult", tuple(int(m) for m in self.dim_mult))
         object.__setattr__(self, "attn_scales", tuple(float(s) for s in self.attn_scales))
         object.__setattr__(self, "temporal_downsample", tuple(bool(t) for t in self.temporal_downsample))
-        if len(self.temporal_downsample) != len(self.dim_mult) - 1:
-            raise ConfigError(
-                f"temporal_downsample has {len(self.temporal_downsample)} entries but dim_mult "
-                f"{self.dim_mult} has {len(self.dim_mult) - 1} down stages; they must match"
-            )
+        check_down_stages(self.dim_mult, self.temporal_downsample)
         check_latent_stats(self.latent_mean, self.latent_std, self.z_dim)
 
     @property
@@ -195,11 +200,7 @@ class Wan22VAEConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "dim_mult", tuple(int(m) for m in self.dim_mult))
         object.__setattr__(self, "temporal_downsample", tuple(bool(t) for t in self.temporal_downsample))
-        if len(self.temporal_downsample) != len(self.dim_mult) - 1:
-            raise ConfigError(
-                f"temporal_downsample has {len(self.temporal_downsample)} entries but dim_mult "
-                f"{self.dim_mult} has {len(self.dim_mult) - 1} down stages; they must match"
-            )
+        check_down_stages(self.dim_mult, self.temporal_downsample)
         check_latent_stats(self.latent_mean, self.latent_std, self.z_dim)
 
     @property
