@@ -33,6 +33,23 @@ log = logging.getLogger(__name__)
 MAX_BLOCKS = 1000
 MAX_SIZE = 4096
 SIZE_STEP = 16  # VAE stride 8 x patch 2: pixel sizes must divide by 16
+
+
+def frame_size_inputs() -> list:
+    """The width and height widgets of every generating node (Block Denoise, Branch World)."""
+    return [
+        io.Int.Input(
+            name,
+            default=default,
+            min=SIZE_STEP,
+            max=MAX_SIZE,
+            step=SIZE_STEP,
+            tooltip=f"Frame {name} in pixels; a multiple of 16.",
+        )
+        for name, default in (("width", 832), ("height", 480))
+    ]
+
+
 MAX_TIMESTEP = 1000
 
 
@@ -140,22 +157,7 @@ class InferixBlockDenoise(io.ComfyNode):
                     tooltip="Video length in seconds; when above 0 it replaces num_blocks (rounded up "
                     "to whole blocks at the model's frame rate).",
                 ),
-                io.Int.Input(
-                    "width",
-                    default=832,
-                    min=SIZE_STEP,
-                    max=MAX_SIZE,
-                    step=SIZE_STEP,
-                    tooltip="Frame width in pixels; a multiple of 16.",
-                ),
-                io.Int.Input(
-                    "height",
-                    default=480,
-                    min=SIZE_STEP,
-                    max=MAX_SIZE,
-                    step=SIZE_STEP,
-                    tooltip="Frame height in pixels; a multiple of 16.",
-                ),
+                *frame_size_inputs(),
                 io.String.Input(
                     "denoising_steps",
                     default="",

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import comfy_runtime as rt
 from . import types
-from .block_denoise import MAX_BLOCKS, MAX_SIZE, SIZE_STEP, conditioning_tensor, frames_to_image
+from .block_denoise import MAX_BLOCKS, conditioning_tensor, frame_size_inputs, frames_to_image
 from .compat import io
 
 log = logging.getLogger(__name__)
@@ -62,22 +62,7 @@ class InferixBranchWorld(io.ComfyNode):
                 ),
                 io.Int.Input("past_blocks", default=4, min=1, max=MAX_BLOCKS, tooltip="Blocks of common past."),
                 io.Int.Input("future_blocks", default=3, min=1, max=MAX_BLOCKS, tooltip="Blocks of each future."),
-                io.Int.Input(
-                    "width",
-                    default=832,
-                    min=SIZE_STEP,
-                    max=MAX_SIZE,
-                    step=SIZE_STEP,
-                    tooltip="Frame width in pixels; a multiple of 16.",
-                ),
-                io.Int.Input(
-                    "height",
-                    default=480,
-                    min=SIZE_STEP,
-                    max=MAX_SIZE,
-                    step=SIZE_STEP,
-                    tooltip="Frame height in pixels; a multiple of 16.",
-                ),
+                *frame_size_inputs(),
                 io.Int.Input(
                     "seed",
                     default=0,
