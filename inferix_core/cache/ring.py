@@ -96,6 +96,22 @@ class RingKVCache(SlidingWindow):
         start = max(self.window_origin, self.end_frame - self.ring_frames)
         return sinks + list(range(start, self.end_frame))
 
+    def _plan_writes(self, slots: list[int]) -> None:
+        """The copies of one call's frames into their buffer slots, adjacent slots merged into one run."""
+        ft = self.spec.frame_tokens
+        runs: list[_Run] = []
+        for i, slot in enumerate(slots):
+            dst = slot * ft
+            if runs and runs[-1].dst + runs[-1].length == dst:
+                last = runs[-1]
+                runs[-1] = _Run(last.dst, last.src, last.length + ft)
+            else:
+                runs.append(_Run(dst, i * ft, ft))
+        self._runs = runs
+        self._w = self._write_index.load(
+            np.concatenate([np.arange(r.dst, r.dst + r.length, dtype=np.int64) for r in runs])
+        )
+
     def begin(self, start_frame: int, num_frames: int) -> None:
         """Prepare slots for a transformer call over frames [start_frame, start_frame + num_frames)."""
         end = start_frame + num_frames
@@ -114,18 +130,7 @@ class RingKVCache(SlidingWindow):
         self.num_evictions += evicted
         self.num_eviction_events += evicted > 0
         ft = self.spec.frame_tokens
-        runs: list[_Run] = []
-        for i, f in enumerate(range(start_frame, end)):
-            dst = self.slot_of(f) * ft
-            if runs and runs[-1].dst + runs[-1].length == dst:
-                last = runs[-1]
-                runs[-1] = _Run(last.dst, last.src, last.length + ft)
-            else:
-                runs.append(_Run(dst, i * ft, ft))
-        self._runs = runs
-        self._w = self._write_index.load(
-            np.concatenate([np.arange(r.dst, r.dst + r.length, dtype=np.int64) for r in runs])
-        )
+        self._plan_writes([self.slot_of(f) for f in range(start_frame, end)])
         self._num_tokens = num_frames * ft
         self._valid_tokens = len(self.resident_frames()) * ft  # min(end_frame, capacity) unless restarted
         self.num_calls += 1

@@ -21,10 +21,8 @@ bookkeeping differs, and it is host-side Python as everywhere else in the cache 
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import ConfigError
-from .ring import RingKVCache, _Run
+from .ring import RingKVCache
 from .spec import KVCacheConfig, KVCacheSpec
 
 
@@ -99,18 +97,7 @@ class ShotSinkKVCache(RingKVCache):
                 self._order.append(f)
             self.end_frame = end
         ft = self.spec.frame_tokens
-        runs: list[_Run] = []
-        for i, f in enumerate(range(start_frame, end)):
-            dst = self._slot[f] * ft
-            if runs and runs[-1].dst + runs[-1].length == dst:
-                last = runs[-1]
-                runs[-1] = _Run(last.dst, last.src, last.length + ft)
-            else:
-                runs.append(_Run(dst, i * ft, ft))
-        self._runs = runs
-        self._w = self._write_index.load(
-            np.concatenate([np.arange(r.dst, r.dst + r.length, dtype=np.int64) for r in runs])
-        )
+        self._plan_writes([self._slot[f] for f in range(start_frame, end)])
         self._num_tokens = num_frames * ft
         self._valid_tokens = len(self._order) * ft
         self.num_calls += 1
