@@ -39,6 +39,9 @@ from .schedules import (
 )
 from .vae.overlap import to_uint8_frames
 from .vae.pixel_window import PixelWindowEncoder
+from .vae.streaming import StreamDecoder
+from .vae.taehv import TAEHVStreamDecoder
+from .vae.tiny_ae import TinyStreamDecoder
 from .world_state import (
     WorldState,
     capture_world_state,
@@ -388,25 +391,49 @@ def encode_run_prompt(
 class DecodedBlock(NamedTuple):
     frames: np.ndarray  # (T, H, W, 3) uint8, batch item 0
     decode_s: float
-    ready_at: float  # perf_counter() when the frames were decoded (before the sinks got them)
+    ready_at: float  # perf_counter() when the block's first frames were decoded (before the sinks got them)
 
 
-def decode_to_sinks(stream, latents: torch.Tensor, index: int, sinks: Sequence, profiler: NullProfiler) -> DecodedBlock:
+# Stream decoders whose outputs concatenate to the same frames for any chunking of the latents (each says
+# so in its docstring and its streaming tests): a block's first latent frame may be decoded on its own.
+_CHUNK_EXACT_DECODERS = (StreamDecoder, TinyStreamDecoder, TAEHVStreamDecoder)
+
+
+def decode_to_sinks(
+    stream,
+    latents: torch.Tensor,
+    index: int,
+    sinks: Sequence,
+    profiler: NullProfiler,
+    *,
+    first_frame_alone: bool = False,
+) -> DecodedBlock:
     """Decode one clean block (B, n, C, h, w) with a run's stream decoder and hand its frames to every sink.
 
     Timed as the profiler's `decode` and `sink` stages; the sinks have the frames (on disk for an Mp4Sink)
     before this returns, so before the block is reported done. Shared by generate_video and the session.
+    With `first_frame_alone` (a run's first decoded block) and a chunk-exact decoder, the first latent frame
+    is decoded and handed to the sinks on its own before the rest of the block: the viewer sees the first
+    frame one block-decode earlier, and the frames are the same (the sinks get the block in two writes).
     """
-    with profiler.stage("decode"):
-        t0 = time.perf_counter()
-        frames = pixels_to_uint8(stream.decode(latents.permute(0, 2, 1, 3, 4)))  # (B, 3, T, H, W) → uint8
-        ready_at = time.perf_counter()
-    if len(frames):
-        profiler.on_first_frame()  # the profiler keeps the first call only
-    with profiler.stage("sink"):
-        for sink in sinks:
-            sink.write(frames, index)
-    return DecodedBlock(frames, ready_at - t0, ready_at)
+    split = first_frame_alone and latents.shape[1] > 1 and isinstance(stream, _CHUNK_EXACT_DECODERS)
+    parts = (latents[:, :1], latents[:, 1:]) if split else (latents,)
+    decoded, decode_s, first_ready = [], 0.0, None
+    for part in parts:
+        with profiler.stage("decode"):
+            t0 = time.perf_counter()
+            frames = pixels_to_uint8(stream.decode(part.permute(0, 2, 1, 3, 4)))  # (B, 3, T, H, W) → uint8
+            ready_at = time.perf_counter()
+            decode_s += ready_at - t0
+        if len(frames):
+            profiler.on_first_frame()  # the profiler keeps the first call only
+            first_ready = ready_at if first_ready is None else first_ready
+        with profiler.stage("sink"):
+            for sink in sinks:
+                sink.write(frames, index)
+        decoded.append(frames)
+    frames = decoded[0] if len(decoded) == 1 else np.concatenate(decoded)
+    return DecodedBlock(frames, decode_s, ready_at if first_ready is None else first_ready)
 
 
 def profile_block_end(profiler: NullProfiler, cache, index: int, frames: np.ndarray | None) -> None:
@@ -525,7 +552,9 @@ def _run_blocks(
             latents.append(out.latents)
             pix, decode_s = None, 0.0
             if stream is not None:
-                pix, decode_s, ready_at = decode_to_sinks(stream, out.latents, out.index, sinks, prof)
+                pix, decode_s, ready_at = decode_to_sinks(
+                    stream, out.latents, out.index, sinks, prof, first_frame_alone=first_frame is None
+                )
                 if first_frame is None and len(pix):
                     first_frame = ready_at - t_start
                 frames.append(pix)

@@ -63,13 +63,13 @@ def test_keeping_the_stream_s_own_future_equals_never_branching(world, prompts):
         assert s.branching and block.latents.shape[0] == 2  # one row per future
         assert block.frames.shape[2] == 2 * 48  # side by side
         got.append(block.latents[:1])
-    assert [i for i, _ in out.blocks] == [0, 1]  # the file sink waits for the pick
+    assert [i for i, _ in out.blocks] == [0, 0, 1]  # block 0 in two writes (its first frame alone); waits for the pick
     s.send({"type": "pick", "index": 0})
     got.append(s.step().latents)
     assert not s.branching
     for a, b in zip(want, got, strict=True):
         assert (a - b).abs().max().item() <= 1e-5
-    assert [i for i, _ in out.blocks] == [0, 1, 2, 3, 4]
+    assert [i for i, _ in out.blocks] == [0, 0, 1, 2, 3, 4]
     assert np.abs(_frames(out).astype(int) - _frames(plain_sink).astype(int)).max() <= 1
     assert [f.shape[2] for i, f in live.blocks if i in (2, 3)] == [96, 96]
 
