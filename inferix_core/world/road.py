@@ -88,6 +88,7 @@ class WorldSpec:
     horizon: float = 0.42  # horizon row on flat ground, as a fraction of the image height
     cam_depth: float = 1.8  # z of the bottom screen row on flat ground
     focal: float = 0.45  # pixels per unit at z = 1, as a fraction of the image width (and height)
+    pitch_follow: float = 0.5  # the camera pitches by this share of the road's slope under the car
     road_half_width: float = 1.0
     stripe_len: float = 4.0  # track length of one stripe (light or dark)
     object_spacing: float = 9.0  # track distance between roadside objects
@@ -140,10 +141,10 @@ class Track:
         # Smooth the steps so curves ease in and out (box filter over ~20 units).
         w = int(20 / resolution)
         self.curvature = np.convolve(curv, np.ones(w) / w, mode="same")
-        # Hills: three sines with wavelengths 100-300 units; a quarter of the tracks are flat.
+        # Hills: three sines with wavelengths 80-200 units; a quarter of the tracks are flat.
         hills = 0.0 if rng.random() < 0.25 else rng.uniform(0.4, 1.0)
-        self._wavelength = rng.uniform(100.0, 300.0, size=3)
-        self._slope = hills * rng.uniform(0.03, 0.07, size=3)  # peak slope of each sine
+        self._wavelength = rng.uniform(80.0, 200.0, size=3)
+        self._slope = hills * rng.uniform(0.04, 0.08, size=3)  # peak slope of each sine
         self._phase = rng.uniform(0, 2 * np.pi, size=3)
 
     def curvature_at(self, s: np.ndarray | float) -> np.ndarray | float:
@@ -256,7 +257,7 @@ class RoadWorld:
         f = sp.focal * H
         z = np.geomspace(0.5, sp.draw_distance, 384)  # (S,)
         de = self.track.elevation_at(st.position + z) - self.track.elevation_at(st.position)
-        pitch = f * self.track.slope_at(st.position)
+        pitch = f * sp.pitch_follow * self.track.slope_at(st.position)
         horizon = sp.horizon * H + pitch
         rows = horizon + f * (sp.cam_height - de) / z  # (S,)
         clip = np.minimum.accumulate(rows)
@@ -296,17 +297,18 @@ class RoadWorld:
         scale = sp.focal * W / z  # pixels per lateral unit at that depth, (G,)
         centre_px = W / 2 + centre_world * scale * sp.road_half_width
         half = sp.road_half_width * scale
-        stripe = (np.floor((st.position + z) / sp.stripe_len) % 2).astype(bool)  # (G,)
+        stripe = (np.floor((st.position + z) / sp.stripe_len) % 2).astype(np.int64)  # (G,) light = 1
         rel = np.abs(xs[None, :] - centre_px[:, None]) / half[:, None]  # 0 at the centre, 1 at the edge
-        g = np.where(stripe[:, None, None], grass_a, grass_b) * np.ones((1, W, 1), np.float32)
-        g = np.where((rel < 1.0)[..., None], np.where(stripe[:, None, None], road_a, road_b), g)
-        rumble = (rel >= 1.0) & (rel < 1.15)
-        rumble_col = np.where(stripe[:, None, None], np.float32([220, 40, 40]), np.float32([235, 235, 235]))
-        g = np.where(rumble[..., None], rumble_col, g)
-        lane = (np.abs(rel - 1 / 3) < 0.05) & stripe[:, None]  # dashed dividers of 3 lanes, at ±1/3
-        g = np.where(lane[..., None], np.float32([240, 240, 200]), g)
-        fog = self._fog(z)[:, None, None]  # (G, 1, 1)
-        ground = g * (1 - fog) + haze * fog
+        # Surface class per pixel (0 grass, 1 road, 2 rumble strip, 3 lane divider), then one lookup in a
+        # per-row table of (class, dark/light stripe) colours already blended with the fog of that row.
+        cls = (rel < 1.0).astype(np.int64)
+        cls[(rel >= 1.0) & (rel < 1.15)] = 2
+        cls[np.abs(rel - 1 / 3) < 0.05] = 3  # dashed dividers of 3 lanes, at ±1/3 (drawn on light stripes)
+        white, red, paint = np.float32([235, 235, 235]), np.float32([220, 40, 40]), np.float32([240, 240, 200])
+        table = np.stack([grass_b, grass_a, road_b, road_a, white, red, road_b, paint])  # (8, 3)
+        fog = self._fog(z)[:, None, None].astype(np.float32)  # (G, 1, 1)
+        table = table[None] * (1 - fog) + haze * fog  # (G, 8, 3)
+        ground = table[np.arange(len(z))[:, None], cls * 2 + stripe[:, None]]  # (G, W, 3)
         below = (y >= clip_s[-1])[:, None, None]  # the first row may lie above the farthest ground
         img[g0:] = np.where(below, ground, img[g0:])
 
@@ -473,7 +475,8 @@ def render_episode(
         if t:
             world.step(int(actions[t]))
         big = world.render().astype(np.float32)  # (H·s, W·s, 3)
-        frames[t] = (big.reshape(height, s, width, s, 3).mean(axis=(1, 3)) + 0.5).astype(np.uint8)
+        box = sum(big[i::s, j::s] for i in range(s) for j in range(s))  # (H, W, 3); faster than a mean
+        frames[t] = (box / (s * s) + 0.5).astype(np.uint8)
     return frames
 
 
