@@ -24,6 +24,7 @@ from training.evaluate import (
     proxy_scores,
     proxy_vde,
     rollout,
+    steering,
     world_of,
 )
 
@@ -96,9 +97,10 @@ def test_rollout_follows_the_bundle_world_and_context(tiny_bundle: BundledWorldM
     assert not np.array_equal(a[9:], c[9:])  # the context conditions the generated frames
 
 
+@pytest.mark.slow  # ~10 s on a quiet 2-core machine, 35 s on a busy one
 def test_a_random_model_fails_the_palette_and_fidelity_bar(tiny_bundle: BundledWorldModel) -> None:
     """Mutation-style: the bar must reject a random transformer, while the renderer's own frames pass it."""
-    settings = EvalSettings(fidelity_episodes=1, steer_starts=1, minutes=0.04, speed_seconds=1.0, scenes=SCENES)
+    settings = EvalSettings(fidelity_episodes=1, steer_cases=2, minutes=0.04, speed_seconds=1.0, scenes=SCENES)
     res = evaluate(tiny_bundle, settings, only=("fidelity", "long"), log=lambda _: None)
     assert res["fidelity"]["psnr_mean"] < BAR["psnr_db"] and res["fidelity"]["ssim_mean"] < BAR["ssim"]
     scenes = res["long"]["scenes"]
@@ -107,3 +109,12 @@ def test_a_random_model_fails_the_palette_and_fidelity_bar(tiny_bundle: BundledW
     assert not all(r["palette"]["agreement"] >= BAR["palette_agreement"] for r in scenes.values())
     failed = {row["measure"] for row in res["verdict"] if not row["pass"]}
     assert "PSNR first 2 s (dB)" in failed and any("palette" in m for m in failed)
+
+
+def test_steering_cases_have_a_clear_true_direction(tiny_bundle: BundledWorldModel) -> None:
+    with torch.inference_mode():
+        res = steering(tiny_bundle, cases=3)
+    assert res["total"] == 3 and 0 <= res["agree"] <= 3
+    for c in res["cases"]:
+        assert 2 <= abs(c["true_shift"]) < res["max_shift_px"]
+        assert np.sign(c["true_shift"]) == (1 if c["steer"] == "left" else -1)  # the renderer's own direction
