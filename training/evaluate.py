@@ -347,32 +347,52 @@ def long_rollouts(bundle: BundledWorldModel, minutes: float, scenes: list[str | 
     return out
 
 
-def contact_sheet(long: dict, path: str | Path, fps: int, every_s: float = 10.0) -> Path:
-    """A PNG grid: per scene one row of generated frames and one of true frames, one column every `every_s`."""
+def contact_sheet(
+    rows: list[tuple[str, np.ndarray]], path: str | Path, fps: int, every_s: float = 10.0, scale: int = 1
+) -> Path:
+    """A PNG grid of labelled videos, one row each: a frame every `every_s` seconds under an m:ss header."""
     from PIL import Image, ImageDraw
 
-    rows = []
-    for scene, r in long["scenes"].items():
-        gen, truth = r["_frames"]
-        idx = list(range(0, len(gen), int(every_s * fps)))
-        for label, frames in (("model", gen), ("truth", truth)):
-            rows.append((f"{scene} {label}", [frames[j] for j in idx], [j / fps for j in idx]))
-    h, w = rows[0][1][0].shape[:2]
-    pad, label_w = 14, 90
-    cols = max(len(r[1]) for r in rows)
+    step = max(1, int(every_s * fps))
+    h, w = (d * scale for d in rows[0][1].shape[1:3])
+    pad, label_w = 14, 100
+    cols = max(len(range(0, len(f), step)) for _, f in rows)
     sheet = Image.new("RGB", (label_w + cols * (w + 2), pad + len(rows) * (h + 2)), (255, 255, 255))
     draw = ImageDraw.Draw(sheet)
-    for c, t in enumerate(rows[0][2]):
+    for c in range(cols):
+        t = c * step / fps
         draw.text((label_w + c * (w + 2) + 2, 1), f"{int(t // 60)}:{int(t % 60):02d}", fill=(0, 0, 0))
-    for r, (label, frames, _) in enumerate(rows):
+    for r, (label, frames) in enumerate(rows):
         y = pad + r * (h + 2)
         draw.text((2, y + h // 2 - 5), label, fill=(0, 0, 0))
-        for c, f in enumerate(frames):
-            sheet.paste(Image.fromarray(f), (label_w + c * (w + 2), y))
+        for c, j in enumerate(range(0, len(frames), step)):
+            img = Image.fromarray(frames[j])
+            sheet.paste(img.resize((w, h), Image.NEAREST) if scale != 1 else img, (label_w + c * (w + 2), y))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(path)
     return path
+
+
+def long_sheet_rows(long: dict) -> list[tuple[str, np.ndarray]]:
+    """Per long rollout a row of the model's frames and one of the truth's."""
+    rows = []
+    for scene, r in long["scenes"].items():
+        gen, truth = r["_frames"]
+        rows += [(f"{scene} model", gen), (f"{scene} truth", truth)]
+    return rows
+
+
+def renderer_sheet(world: World, minutes: float, path: str | Path, fps: int = 16) -> Path:
+    """The contact sheet of the renderer alone: the long rollouts' held-out episodes, one row per scene."""
+    num_latent = int(np.ceil(minutes * 60 * fps / 4)) + 1
+    rows = []
+    for i, scene in enumerate(world.scenes):
+        lat = episode_actions(EVAL_SEED, LONG_BASE + i, num_latent)
+        rows.append(
+            (str(scene), world.render(episode_seed(EVAL_SEED, LONG_BASE + i), latent_to_pixel_actions(lat), scene))
+        )
+    return contact_sheet(rows, path, fps, every_s=minutes * 60 / 10)
 
 
 # --------------------------------------------------------------------------- the bar
@@ -415,12 +435,11 @@ def markdown(results: dict) -> str:
     for r in verdict(results):
         lines.append(f"| {r['measure']} | {r['value']:.4g} | {r['bar']} | {'yes' if r['pass'] else '**no**'} |")
     if "long" in results:
-        lines += ["", "| scene | proxy | VDE model | VDE truth | ratio |", "|---|---|---|---|---|"]
+        lines += ["", "| scene | proxy | VDE model | VDE truth | ratio | excess |", "|---|---|---|---|---|---|"]
         for scene, r in results["long"]["scenes"].items():
             for name, v in r["vde"].items():
-                lines.append(
-                    f"| {scene} | {name} | {v['vde_generated']:.4g} | {v['vde_truth']:.4g} | {v['ratio']:.3g} |"
-                )
+                vg, vt = v["vde_generated"], v["vde_truth"]
+                lines.append(f"| {scene} | {name} | {vg:.4g} | {vt:.4g} | {v['ratio']:.3g} | {vg - vt:+.3g} |")
     return "\n".join(lines) + "\n"
 
 
@@ -461,9 +480,8 @@ def evaluate(
             log(f"{name}: done in {time.perf_counter() - t0:.1f} s")
     if "long" in results:
         if contact_sheet_path is not None:
-            results["long"]["contact_sheet"] = str(
-                contact_sheet(results["long"], contact_sheet_path, bundle.config["fps"])
-            )
+            sheet = contact_sheet(long_sheet_rows(results["long"]), contact_sheet_path, bundle.config["fps"])
+            results["long"]["contact_sheet"] = str(sheet)
         for r in results["long"]["scenes"].values():
             r.pop("_frames")
     results["verdict"] = verdict(results)
@@ -483,6 +501,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--minutes", type=float, default=None, help="length of each long rollout (default 5)")
     p.add_argument("--scenes", nargs="*", default=None, help="scenes of the long rollouts (default: all)")
     p.add_argument("--contact-sheet", default=None, help="PNG path for the long rollouts' contact sheet")
+    p.add_argument(
+        "--renderer-sheet", default=None, help="only write the renderer's own contact sheet of the long episodes here"
+    )
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--markdown", default=None, help="write the bar table here")
     args = p.parse_args(argv)
@@ -496,6 +517,10 @@ def main(argv: list[str] | None = None) -> None:
         "scenes": tuple(road.check_scene(x) for x in args.scenes) if args.scenes else None,
     }
     s = EvalSettings(**{**asdict(s), **{k: v for k, v in overrides.items() if v is not None}})
+    if args.renderer_sheet:
+        world = World("road", 96, 96, SCENES)
+        print(renderer_sheet(world, s.minutes, args.renderer_sheet))
+        return
     bundle = load_bundled(args.bundle, device=args.device, random_transformer=args.random)
     results = evaluate(bundle, s, tuple(args.only), args.contact_sheet)
     results["random_transformer"] = args.random
