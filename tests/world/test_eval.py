@@ -11,6 +11,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
@@ -98,10 +99,12 @@ def test_rollout_follows_the_bundle_world_and_context(tiny_bundle: BundledWorldM
 
 
 @pytest.mark.slow  # ~10 s on a quiet 2-core machine, 35 s on a busy one
-def test_a_random_model_fails_the_palette_and_fidelity_bar(tiny_bundle: BundledWorldModel) -> None:
+def test_a_random_model_fails_the_palette_and_fidelity_bar(tiny_bundle: BundledWorldModel, tmp_path) -> None:
     """Mutation-style: the bar must reject a random transformer, while the renderer's own frames pass it."""
     settings = EvalSettings(fidelity_episodes=1, steer_cases=2, minutes=0.04, speed_seconds=1.0, scenes=SCENES)
-    res = evaluate(tiny_bundle, settings, only=("fidelity", "long"), log=lambda _: None)
+    sheet = tmp_path / "sheet.png"
+    res = evaluate(tiny_bundle, settings, only=("fidelity", "long"), contact_sheet_path=sheet, log=lambda _: None)
+    assert Image.open(sheet).size[1] == 14 + 2 * len(SCENES) * (32 + 2)  # a model row and a truth row per scene
     assert res["fidelity"]["psnr_mean"] < BAR["psnr_db"] and res["fidelity"]["ssim_mean"] < BAR["ssim"]
     scenes = res["long"]["scenes"]
     assert set(scenes) == set(SCENES)
