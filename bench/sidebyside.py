@@ -68,8 +68,9 @@ def max_abs_diff(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None
     return (a.float() - b.float()).abs().max().item()
 
 
-def print_table(title: str, rows: list[dict], other: str) -> None:
-    """rows: {"side", "variant", "median_total_s", "fps", "peak_gib", ...}; speed-up = other's time / ours."""
+def print_table(title: str, rows: list[dict], other: str, baseline: str | None = None) -> None:
+    """rows: {"side", "variant", "median_total_s", "fps", "peak_gib", ...}; speed-up = other's time / ours in the
+    same variant, or in `baseline` where the other side has no such variant (LongLive: eager only)."""
     print(title)
     print(f"{'side':<12} {'variant':<10} {'total s':>8} {'FPS':>7} {'peak GiB':>8} {'ours vs ' + other:>14}")
     base = {r["variant"]: r["median_total_s"] for r in rows if r["side"] == other and "median_total_s" in r}
@@ -78,16 +79,23 @@ def print_table(title: str, rows: list[dict], other: str) -> None:
             print(f"{r['side']:<12} {r['variant']:<10} FAILED: {r.get('error', '?')[:200]}")
             continue
         speed = "-"
-        if r["side"] == "ours" and r["variant"] in base:
-            speed = f"{base[r['variant']] / r['median_total_s']:.2f}x"
+        ref = base.get(r["variant"], base.get(baseline))
+        if r["side"] == "ours" and ref is not None:
+            speed = f"{ref / r['median_total_s']:.2f}x"
         peak = "-" if r.get("peak_gib") is None else f"{r['peak_gib']:.2f}"
         print(f"{r['side']:<12} {r['variant']:<10} {r['median_total_s']:8.3f} {r['fps']:7.2f} {peak:>8} {speed:>14}")
 
 
-def speedups(rows: list[dict], other: str) -> dict[str, float]:
-    """{variant: other's median / ours} for every variant both sides finished."""
+def speedups(rows: list[dict], other: str, baseline: str | None = None) -> dict[str, float]:
+    """{variant: other's median / ours} for every variant of ours with a run of the other side to compare
+    (the same variant, else `baseline`)."""
     t = {(r["side"], r["variant"]): r["median_total_s"] for r in rows if "median_total_s" in r}
-    return {v: t[(other, v)] / t[("ours", v)] for (side, v) in t if side == "ours" and (other, v) in t}
+    out = {}
+    for side, v in t:
+        ref = t.get((other, v), t.get((other, baseline)))
+        if side == "ours" and ref is not None:
+            out[v] = ref / t[("ours", v)]
+    return out
 
 
 def write_json(path: Path | None, payload: dict) -> None:
