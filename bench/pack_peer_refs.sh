@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Copy the few files the side-by-side harnesses import from the other projects into the git-ignored .ref/
+# (.git/info/exclude has /.ref/), so that they travel to the GPU machine with the working tree (64 MiB in all).
+# Nothing here is committed and nothing of theirs is in the repository: the lists are the import closures,
+# found by importing the harness's own path (with its shims) and listing the modules loaded from each checkout.
+#   .ref/comfy : ComfyUI's CausalWanModel path (comfy/...), comfy_extras/nodes_torch_compile.py (the node's guard
+#                filter, read by bench/compare_comfy_core.py) and comfy_kitchen's Python files (core's RoPE; its
+#                CUDA extension is a cp311 build and is left out: core then uses its eager backend, as recorded)
+#   .ref/ll1   : LongLive v1.0's pipeline path (wan/, utils/, pipeline/) and configs/longlive_inference.yaml
+# Usage: COMFY=/work/comfyui-0.27 LL=/work/ref/longlive-v1.0 KITCHEN=<site-packages with comfy_kitchen> \
+#        SITE=<folder with peft, omegaconf> bash bench/pack_peer_refs.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COMFY=${COMFY:-/work/comfyui-0.27}
+LL=${LL:-/work/ref/longlive-v1.0}
+KITCHEN=${KITCHEN:-/work/comfyui-venv-0.27/lib/python3.11/site-packages}
+SITE=${SITE:-/tmp/peers_site}
+grep -qx '/.ref/' "$(git rev-parse --git-common-dir)/info/exclude" || { echo "add /.ref/ to .git/info/exclude first"; exit 1; }
+rm -rf .ref/comfy .ref/ll1
+mkdir -p .ref/comfy .ref/ll1
+
+closure() {  # $1: checkout, $2: python that imports the harness's path; prints the checkout's loaded files
+  PYTHONPATH=.:$KITCHEN:$SITE python - "$1" <<EOF
+import sys
+from pathlib import Path
+sys.argv = sys.argv[:1]
+root = Path("$1").resolve()
+sys.path.insert(0, "bench"); sys.path.insert(0, "bench/fixtures")
+$2
+for m in list(sys.modules.values()):
+    f = getattr(m, "__file__", None)
+    if f and Path(f).resolve().is_relative_to(root):
+        print(Path(f).resolve().relative_to(root))
+EOF
+}
+
+copy() {  # $1: from, $2: to, then relative paths on stdin
+  while read -r rel; do install -D -m 644 "$1/$rel" "$2/$rel"; done
+}
+
+closure "$COMFY" "import torch, compare_comfy_core as c; c.import_core(root, torch.device('cpu'))" | sort -u | copy "$COMFY" .ref/comfy
+echo comfy_extras/nodes_torch_compile.py | copy "$COMFY" .ref/comfy
+(cd "$KITCHEN" && find comfy_kitchen -name '*.py') | copy "$KITCHEN" .ref/comfy
+closure "$LL" "
+import gen_longlive as gl
+gl.install_shims(root)
+import wan.modules.attention, wan.modules.causal_model, wan.modules.model, utils.wan_wrapper, utils.lora_utils
+import pipeline.causal_inference" | sort -u | copy "$LL" .ref/ll1
+echo configs/longlive_inference.yaml | copy "$LL" .ref/ll1
+echo "files: comfy $(find .ref/comfy -type f | wc -l), ll1 $(find .ref/ll1 -type f | wc -l)"
+du -sh .ref/comfy .ref/ll1
+du -shc .ref/comfy .ref/ll1 | tail -1
