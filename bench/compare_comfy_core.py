@@ -35,7 +35,8 @@ each side.
 Import shims, only where a package is missing (the GPU image has none of ComfyUI's requirements beyond
 torch, einops, psutil, numpy, safetensors): `comfy_aimdo` (dynamic-VRAM bindings, imported by comfy.ops and
 model_management; nothing of it runs while dynamic VRAM is off, as here) and `psutil` (system memory, read
-at import). `comfy_kitchen` is required (core's RoPE calls it): the packer copies its Python files.
+at import). `comfy_kitchen` is required (core's RoPE calls it): installed (its wheel carries the CUDA extension), else
+`--kitchen-dir` with its Python files (bench/pack_peer_refs.sh copies them to .ref/ck; then its eager backend).
 """
 
 from __future__ import annotations
@@ -84,17 +85,22 @@ def install_core_shims() -> list[str]:
     return stubbed
 
 
-def import_core(comfy_dir: Path, device: torch.device) -> dict:
-    """Core's modules from `comfy_dir`; on a CPU-only machine core is told `--cpu` (its own flag)."""
+def import_core(comfy_dir: Path, device: torch.device, kitchen_dir: Path | None = None) -> dict:
+    """Core's modules from `comfy_dir`; on a CPU-only machine core is told `--cpu` (its own flag).
+
+    `kitchen_dir`: a folder holding the `comfy_kitchen` package, searched after everything else, so an
+    installed comfy_kitchen (with its CUDA extension) wins over a Python-only copy."""
     comfy_dir = comfy_dir.resolve()
     if not (comfy_dir / "comfy" / "ldm" / "wan" / "ar_model.py").is_file():
         raise SystemExit(f"{comfy_dir} has no comfy/ldm/wan/ar_model.py; pass a ComfyUI v0.27+ checkout")
     sys.path.insert(0, str(comfy_dir))
+    if kitchen_dir is not None:
+        sys.path.append(str(kitchen_dir.resolve()))
     stubbed = install_core_shims()
     if importlib.util.find_spec("comfy_kitchen") is None:
         raise SystemExit(
-            "core's RoPE needs comfy_kitchen: pip install comfy-kitchen, or put its Python files in the ComfyUI "
-            "folder (bench/pack_peer_refs.sh copies them to .ref/comfy/comfy_kitchen)"
+            "core's RoPE needs comfy_kitchen: pip install comfy-kitchen, or pass --kitchen-dir with a folder "
+            "holding its package (bench/pack_peer_refs.sh copies its Python files to .ref/ck)"
         )
     from comfy.cli_args import args
 
@@ -105,10 +111,11 @@ def import_core(comfy_dir: Path, device: torch.device) -> dict:
         import comfy.ops
         import comfy.quant_ops
         from comfy.ldm.wan.ar_model import CausalWanModel
-    backends = {k: v["available"] and not v["disabled"] for k, v in comfy.quant_ops.ck.list_backends().items()}
+    ck = comfy.quant_ops.ck
+    backends = {k: v["available"] and not v["disabled"] for k, v in ck.list_backends().items()}
     return {"CausalWanModel": CausalWanModel, "ops": comfy.ops.disable_weight_init, "stubbed": stubbed,
             "attention": attention.optimized_attention.__name__, "kitchen_backends": backends,
-            "dir": str(comfy_dir)}  # fmt: skip
+            "kitchen": str(Path(ck.__file__).parent), "dir": str(comfy_dir)}  # fmt: skip
 
 
 def skip_torch_compile_dict(comfy_dir: Path):
@@ -291,6 +298,9 @@ def run_variant(args, core: dict, variant: str, device, dtype, frames: int, rows
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--comfyui-dir", type=Path, required=True, help="a ComfyUI checkout (v0.27+) or .ref/comfy")
+    p.add_argument(
+        "--kitchen-dir", type=Path, help="a folder with the comfy_kitchen package (used if none is installed)"
+    )
     p.add_argument("--variants", default="eager,compile", help="comma list of eager, compile (both sides each)")
     p.add_argument("--latent-frames", type=int, default=21, help="21 latent = 81 pixel frames (480x832)")
     p.add_argument("--warmup", type=int, default=1)
@@ -306,12 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.tiny:
             raise SystemExit("--check runs at the tiny config: add --tiny")
         args.device, args.dtype = "cpu", "fp32"
-        return check(args, import_core(args.comfyui_dir, torch.device("cpu")))
+        return check(args, import_core(args.comfyui_dir, torch.device("cpu"), args.kitchen_dir))
     args.dtype = "fp32" if args.device == "cpu" else "bf16"
     if args.device == "cpu" and not args.tiny:
         raise SystemExit("the full-size comparison needs a CUDA GPU (or pass --tiny for a CPU smoke run)")
     device, dtype = torch.device(args.device), {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    core = import_core(args.comfyui_dir, device)
+    core = import_core(args.comfyui_dir, device, args.kitchen_dir)
     frames = sbs.pixel_frames(args.latent_frames)
     rows: list[dict] = []
     outputs: dict[tuple[str, str], torch.Tensor] = {}

@@ -4,7 +4,7 @@ bench/compare_comfy_core.py --tiny --check: ComfyUI core's CausalWanModel, drive
 against our pipeline with the same weights, sigmas and noise, within 1e-4 in CPU float32. Skipped unless
 COMFYUI_DIR names a ComfyUI checkout (v0.27+) or the packed .ref/comfy; the Python is COMFYUI_PYTHON when set
 (it has core's requirements), else this one with the harness's shims (comfy_kitchen must then be importable or
-inside COMFYUI_DIR). bench/compare_longlive.py --tiny --check: LongLive v1.0's pipeline (window, sink, LoRA
+in KITCHEN_DIR, e.g. the packed .ref/ck). bench/compare_longlive.py --tiny --check: LongLive v1.0's pipeline (window, sink, LoRA
 merged) against ours; skipped unless LONGLIVE_DIR names a v1.0 checkout and its packages (REFSITE, e.g.
 /tmp/refsite with omegaconf and peft) import.
 """
@@ -38,11 +38,12 @@ def test_comfy_core_parity_on_cpu(tmp_path):
     if not comfy_dir:
         pytest.skip("set COMFYUI_DIR to a ComfyUI v0.27+ checkout (or .ref/comfy) to run core's side")
     python = os.environ.get("COMFYUI_PYTHON") or sys.executable
-    env = _env()
-    if not _importable(python, "comfy_kitchen", env, comfy_dir):
-        pytest.skip(f"comfy_kitchen is not importable by {python} (set COMFYUI_PYTHON or pack it into COMFYUI_DIR)")
+    env, kitchen = _env(), os.environ.get("KITCHEN_DIR", "")
+    if not _importable(python, "comfy_kitchen", env, kitchen):
+        pytest.skip(f"comfy_kitchen is not importable by {python} (set COMFYUI_PYTHON, or KITCHEN_DIR=.ref/ck)")
     out = tmp_path / "core_check.json"
     cmd = [python, str(ROOT / "bench" / "compare_comfy_core.py"), "--comfyui-dir", comfy_dir, "--tiny", "--check"]
+    cmd += ["--kitchen-dir", kitchen] if kitchen else []
     proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     check = json.loads(out.read_text())["check"]
