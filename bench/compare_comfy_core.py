@@ -267,6 +267,12 @@ def check(args, core: dict) -> int:
     return 0 if ok else 1
 
 
+def dynamo_stats() -> dict[str, int]:
+    from torch._dynamo.utils import counters
+
+    return {f"{group}.{k}": int(v) for group in ("stats", "recompiles") for k, v in counters[group].items()}
+
+
 def run_variant(args, core: dict, variant: str, device, dtype, frames: int, rows: list, outputs: dict, save) -> None:
     """Both sides in one variant: ours built by the protocol, core from our state dict; core first, then ours."""
     pipe, context = build_ours(args, variant)
@@ -285,7 +291,10 @@ def run_variant(args, core: dict, variant: str, device, dtype, frames: int, rows
     }
     for side, fn in sides.items():
         try:
+            before = dynamo_stats()
             result, out = sbs.time_runs(fn, device, args.warmup, args.repeats, frames)
+            if variant == "compile":  # graphs compiled and recompiles during this side's runs (a fallback shows)
+                result["dynamo"] = {k: v - before.get(k, 0) for k, v in dynamo_stats().items()}
             rows.append({"side": side, "variant": variant, **result})
             outputs[(side, variant)] = out
             print(f"{side} {variant}: {result['median_total_s']:.3f} s, {result['fps']:.2f} FPS", flush=True)

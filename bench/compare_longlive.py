@@ -221,11 +221,13 @@ def check(args) -> int:
         out_base = run_ours(base, context, replay, num_blocks, args.latent_hw)
     diff, effect = sbs.max_abs_diff(out_ours, out_theirs), sbs.max_abs_diff(out_base, out_theirs)
     ok = diff < 1e-4 and effect > 1e-2 and bool(torch.isfinite(out_ours).all())
+    how = "merged" if args.their_lora == "merged" else "as peft adapters in theirs, merged in ours,"
     print(f"parity (CPU fp32, {num_blocks} blocks, window {args.window} + sink {args.sink}, rank-{args.rank} LoRA "
-          f"merged on {targets} linears): max |ours - theirs| = {diff:.3e}; without the LoRA {effect:.3f} "
+          f"{how} on {targets} linears): max |ours - theirs| = {diff:.3e}; without the LoRA {effect:.3f} "
           f"-> {'OK' if ok else 'FAIL'}")  # fmt: skip
     sbs.write_json(args.json, {"check": {"max_abs_diff": diff, "lora_effect": effect, "ok": ok, "blocks": num_blocks,
-                   "window": args.window, "sink": args.sink, "rank": args.rank, "lora_targets": targets}})  # fmt: skip
+                   "window": args.window, "sink": args.sink, "rank": args.rank, "lora_targets": targets,
+                   "their_lora": args.their_lora}})  # fmt: skip
     return 0 if ok else 1
 
 
