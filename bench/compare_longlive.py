@@ -71,10 +71,13 @@ class TapNoise(refgen.NoiseTap):
 
 
 class _Config(types.SimpleNamespace):
-    """The stubbed diffusers config (constructor arguments) with the dict-style `get` peft calls."""
+    """The stubbed diffusers config (constructor arguments) with the dict views peft reads (`to_dict`, `get`)."""
 
     def get(self, key, default=None):
         return getattr(self, key, default)
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
 
 
 # -- theirs -----------------------------------------------------------------------------------------
