@@ -346,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="with --tiny: CPU fp32 parity of core and ours, then exit")
     p.add_argument("--check-blocks", type=int, default=2)
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp32"], help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--check runs at the tiny config: add --tiny")
         args.device, args.dtype = "cpu", "fp32"
         return check(args, import_core(args.comfyui_dir, torch.device("cpu"), args.kitchen_dir))
-    args.dtype = "fp32" if args.device == "cpu" else "bf16"
+    args.dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     if args.device == "cpu" and not args.tiny:
         raise SystemExit("the full-size comparison needs a CUDA GPU (or pass --tiny for a CPU smoke run)")
     device, dtype = torch.device(args.device), {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]

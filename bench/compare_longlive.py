@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="the tiny CPU model (8x12 latents) instead of 1.3B at 480x832")
     p.add_argument("--check", action="store_true", help="with --tiny: CPU fp32 parity of theirs and ours, then exit")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp32"], help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     args.latent_frames = args.latent_frames or (12 if args.tiny else 21)
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--check runs at the tiny config: add --tiny")
         args.device, args.dtype = "cpu", "fp32"
         return check(args)
-    args.dtype = "fp32" if args.device == "cpu" else "bf16"
+    args.dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     if args.device == "cpu" and not args.tiny:
         raise SystemExit("the full-size comparison needs a CUDA GPU (or pass --tiny for a CPU smoke run)")
     device, dtype = torch.device(args.device), {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
