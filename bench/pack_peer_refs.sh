@@ -10,18 +10,26 @@
 #                inside; /.whl/ is ignored too): installed there, core runs its RoPE as users on cu130 do
 #   .ref/ll1   : LongLive v1.0's pipeline path (wan/, utils/, pipeline/) and configs/longlive_inference.yaml
 # Usage: COMFY=/work/comfyui-0.27 LL=/work/ref/longlive-v1.0 KITCHEN=<site-packages with comfy_kitchen> \
-#        SITE=<folder with peft, omegaconf> bash bench/pack_peer_refs.sh
+#        SITE=<folder with peft, omegaconf (pip --target)> bash bench/pack_peer_refs.sh
+# Only peft, accelerate, omegaconf, antlr4 and yaml are taken from SITE (linked into a temporary folder): a diffusers
+# there would be imported instead of the harness's stub of its two base classes and trip over the ftfy stub.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COMFY=${COMFY:-/work/comfyui-0.27}
 LL=${LL:-/work/ref/longlive-v1.0}
 KITCHEN=${KITCHEN:-/work/comfyui-venv-0.27/lib/python3.11/site-packages}
-SITE=${SITE:-/tmp/peers_site}
+SITE=${SITE:-/tmp/refsite}
 CK_VERSION=${CK_VERSION:-0.2.16}  # ComfyUI v0.27's requirements.txt pin
 EXCLUDE="$(git rev-parse --git-common-dir)/info/exclude"
 grep -qx '/.ref/' "$EXCLUDE" || { echo "add /.ref/ to $EXCLUDE first"; exit 1; }
 rm -rf .ref/comfy .ref/ck .ref/ll1
 mkdir -p .ref/comfy .ref/ck .ref/ll1
+LINKS=$(mktemp -d)
+trap 'rm -rf "$LINKS"' EXIT
+for d in "$SITE"/peft* "$SITE"/accelerate* "$SITE"/omegaconf* "$SITE"/antlr4* "$SITE"/yaml "$SITE"/_yaml "$SITE"/pyyaml*; do
+  [ -e "$d" ] && ln -s "$d" "$LINKS/"
+done
+SITE=$LINKS
 
 closure() {  # $1: checkout, $2: python that imports the harness's path; prints the checkout's loaded files
   PYTHONPATH=.:$KITCHEN:$SITE python - "$1" <<EOF
