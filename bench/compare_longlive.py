@@ -35,6 +35,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.machinery
+import importlib.util
 import io
 import sys
 import tempfile
@@ -83,6 +85,8 @@ class _Config(types.SimpleNamespace):
 # -- theirs -----------------------------------------------------------------------------------------
 def build_theirs(args, wan_config, weights: dict, prompt: torch.Tensor, device: torch.device, lora_file: Path):
     ref = args.reference_dir.resolve()
+    if importlib.util.find_spec("ftfy") is None:  # text cleaning, unused; with a spec, so a real diffusers imports
+        refgen.module("ftfy", fix_text=lambda text: text).__spec__ = importlib.machinery.ModuleSpec("ftfy", None)
     gl.install_shims(ref)  # utils.memory/t5 stubs: only their low-memory path and text encoder use them
     import wan.modules.attention as ref_attention
     import wan.modules.causal_model as ref_causal

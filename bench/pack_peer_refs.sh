@@ -11,8 +11,8 @@
 #   .ref/ll1   : LongLive v1.0's pipeline path (wan/, utils/, pipeline/) and configs/longlive_inference.yaml
 # Usage: COMFY=/work/comfyui-0.27 LL=/work/ref/longlive-v1.0 KITCHEN=<site-packages with comfy_kitchen> \
 #        SITE=<folder with peft, omegaconf (pip --target)> bash bench/pack_peer_refs.sh
-# Only peft, accelerate, omegaconf, antlr4 and yaml are taken from SITE (linked into a temporary folder): a diffusers
-# there would be imported instead of the harness's stub of its two base classes and trip over the ftfy stub.
+# Only peft, accelerate, omegaconf, antlr4 and yaml are taken from SITE (linked into a temporary folder), so the
+# closure is the one of the GPU image, which has no diffusers (the harness stubs its two base classes there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COMFY=${COMFY:-/work/comfyui-0.27}

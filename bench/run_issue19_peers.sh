@@ -6,8 +6,8 @@
 # cut short keeps what it measured. Writes under ${OUT:-out}/.
 # Needs what bench/pack_peer_refs.sh puts in the ignored .ref/comfy, .ref/ck, .ref/ll1 (and .whl/comfy_kitchen-*,
 # optional: without it core's RoPE runs in comfy_kitchen's eager backend), and omegaconf + antlr4 wheels
-# (.ref/dz/*.whl; LongLive's config loader, not in the GPU image). Not .ref/dz/d.zip: the harness stubs
-# diffusers' two base classes, and a real diffusers would look for ftfy, which is stubbed.
+# (.ref/dz/*.whl; LongLive's config loader, not in the GPU image). .ref/dz/d.zip (diffusers) is not needed: the
+# harness stubs the two diffusers base classes LongLive's model uses when no diffusers is importable.
 #   REPEATS=2 (timed runs per row, after one warm-up)   CORE_S=300 LL_S=250 (time limits, seconds)
 set -u
 OUT=${OUT:-out}
