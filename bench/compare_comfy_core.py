@@ -8,10 +8,12 @@ picks when weights and compute share a dtype, model fully resident), `comfy.ldm.
 `optimized_attention` as core selects it, RoPE through `comfy_kitchen` (core's dependency; its own backend
 choice, recorded in the JSON), core's KV-cache dicts (`init_kv_caches`, `init_crossattn_caches`).
 
-`sample_core` is the loop of `sample_ar_video` (comfy/k_diffusion/sampling.py) for text-to-video, statement
-for statement: per block of `num_frame_per_block` latent frames, one model call per sigma, x0 by the flow
-rule, re-noise with `torch.manual_seed(seed + block·1000 + i)` / `randn_like`, the cache's `end` rolled back
-after every noisy step and before the clean context pass at sigma 0. Each model call is what
+The sampling loop is core's own `sample_ar_video`, compiled at run time from the checkout's
+comfy/k_diffusion/sampling.py (that one function; importing the module would pull in scipy, torchsde and the
+model patcher) with a plain `range` for its progress bar: per block of `num_frame_per_block` latent frames, one
+model call per sigma, x0 by the flow rule, re-noise with `torch.manual_seed(seed + block·1000 + i)` /
+`randn_like`, the cache's `end` rolled back after every noisy step and before the clean context pass at sigma
+0. It reaches the model through `model.inner_model.inner_model` (`CoreDenoiser`); each model call is what
 `BaseModel._apply_model` does for Wan (comfy/model_base.py: CONST input, `timestep = 1000·sigma`, the input
 and context cast to the model dtype, `x − out.float()·sigma`), without ComfyUI's sampler/guider layers around
 it (a cfg-1 guider adds only Python work, so leaving it out favours core). `compile` compiles the whole
@@ -118,15 +120,27 @@ def import_core(comfy_dir: Path, device: torch.device, kitchen_dir: Path | None 
             "kitchen": str(Path(ck.__file__).parent), "dir": str(comfy_dir)}  # fmt: skip
 
 
-def skip_torch_compile_dict(comfy_dir: Path):
-    """The TorchCompileModel node's guard filter, compiled from the checkout's comfy_extras/nodes_torch_compile.py
-    (importing that module would pull in ComfyUI's whole node API)."""
-    path = comfy_dir / "comfy_extras" / "nodes_torch_compile.py"
+def core_function(comfy_dir: Path, rel: str, name: str, scope: dict):
+    """One top-level function of a core file, compiled from the checkout's source with `scope` as its globals
+    (importing the whole module would pull in what the function does not use)."""
+    path = comfy_dir / rel
     tree = ast.parse(path.read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "skip_torch_compile_dict")
-    scope: dict = {}
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        raise SystemExit(f"{path} has no function {name}; pass a ComfyUI v0.27+ checkout")
     exec(compile(ast.Module([fn], type_ignores=[]), str(path), "exec"), scope)
-    return scope["skip_torch_compile_dict"]
+    return scope[name]
+
+
+def skip_torch_compile_dict(comfy_dir: Path):
+    """The TorchCompileModel node's guard filter (comfy_extras/nodes_torch_compile.py)."""
+    return core_function(comfy_dir, "comfy_extras/nodes_torch_compile.py", "skip_torch_compile_dict", {})
+
+
+def core_sampler(comfy_dir: Path):
+    """Core's `sample_ar_video` (comfy/k_diffusion/sampling.py); its progress bar (`trange`) is a plain range."""
+    scope = {"torch": torch, "trange": lambda n, disable=None: range(n)}
+    return core_function(comfy_dir, "comfy/k_diffusion/sampling.py", "sample_ar_video", scope)
 
 
 def build_core(core: dict, config, weights: dict, device: torch.device, dtype: torch.dtype):
@@ -155,43 +169,26 @@ def core_apply_model(diffusion_model, model_dtype: torch.dtype, context: torch.T
     return apply
 
 
-@torch.no_grad()
-def sample_core(causal_model, apply, x: torch.Tensor, sigmas: torch.Tensor, seed: int, num_frame_per_block: int,
-                model_dtype: torch.dtype, num_blocks: int | None = None) -> torch.Tensor:  # fmt: skip
-    """`sample_ar_video`'s loop (text-to-video, no callback); `num_blocks` may stop it early (the parity check)."""
-    bs, _, lat_t, lat_h, lat_w = x.shape
-    frame_seq_len = -(-lat_h // 2) * -(-lat_w // 2)
-    blocks = -(-lat_t // num_frame_per_block)
-    device = x.device
-    kv_caches = causal_model.init_kv_caches(bs, lat_t * frame_seq_len, device, model_dtype)
-    crossattn_caches = causal_model.init_crossattn_caches(bs, device, model_dtype)
-    output = torch.zeros_like(x)
-    s_in = x.new_ones([x.shape[0]])
-    current_start_frame = 0
-    transformer_options: dict = {}
-    for block_idx in range(blocks if num_blocks is None else num_blocks):
-        bf = min(num_frame_per_block, lat_t - current_start_frame)
-        fs, fe = current_start_frame, current_start_frame + bf
-        noisy_input = x[:, :, fs:fe]
-        transformer_options["ar_state"] = {"start_frame": current_start_frame, "kv_caches": kv_caches,
-                                           "crossattn_caches": crossattn_caches}  # fmt: skip
-        for i in range(len(sigmas) - 1):
-            denoised = apply(noisy_input, sigmas[i] * s_in, transformer_options)
-            if sigmas[i + 1] == 0:
-                noisy_input = denoised
-            else:
-                sigma_next = sigmas[i + 1]
-                torch.manual_seed(seed + block_idx * 1000 + i)
-                fresh_noise = torch.randn_like(denoised)
-                noisy_input = (1.0 - sigma_next) * denoised + sigma_next * fresh_noise
-                for cache in kv_caches:
-                    cache["end"] -= bf * frame_seq_len
-        output[:, :, fs:fe] = noisy_input
-        for cache in kv_caches:
-            cache["end"] -= bf * frame_seq_len
-        apply(noisy_input, sigmas.new_zeros([1]) * s_in, transformer_options)
-        current_start_frame += bf
-    return output
+class CoreDenoiser:
+    """What `sample_ar_video` is given as `model`: called as model(x, sigma, **extra_args), and reaching the
+    diffusion model through `model.inner_model.inner_model` (ComfyUI: KSampler's wrapper → BaseModel)."""
+
+    def __init__(self, diffusion_model, apply, model_dtype: torch.dtype):
+        self.inner_model = types.SimpleNamespace(
+            inner_model=types.SimpleNamespace(diffusion_model=diffusion_model, get_dtype=lambda: model_dtype)
+        )
+        self.apply = apply
+
+    def __call__(self, x: torch.Tensor, sigma: torch.Tensor, model_options: dict, seed: int) -> torch.Tensor:
+        return self.apply(x, sigma, model_options["transformer_options"])
+
+
+def run_core(sampler, causal_model, apply, x: torch.Tensor, sigmas: torch.Tensor, seed: int, n: int, dtype):
+    """One `sample_ar_video` call over the whole latent x (B, C, F, H, W), as SamplerARVideo runs it."""
+    extra = {"model_options": {"transformer_options": {}}, "seed": seed}
+    with torch.no_grad():
+        return sampler(CoreDenoiser(causal_model, apply, dtype), x, sigmas, extra_args=extra, disable=True,
+                       num_frame_per_block=n)  # fmt: skip
 
 
 # -- ours -------------------------------------------------------------------------------------------
@@ -241,56 +238,29 @@ def latent_noise(args, r: int, device: torch.device) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(r), dtype=torch.float32).to(device)
 
 
-def against_sample_ar_video(model, apply, x: torch.Tensor, sigmas: torch.Tensor, seed: int, n: int) -> dict:
-    """Core's own `sample_ar_video` (comfy/k_diffusion/sampling.py) against `sample_core` over the whole latent,
-    where it imports (it pulls in scipy, torchsde and comfy.model_patcher: a ComfyUI environment); bitwise equal
-    means `sample_core` is that loop."""
-    try:
-        from comfy.k_diffusion.sampling import sample_ar_video
-    except Exception as exc:  # not a ComfyUI environment: recorded, the parity with ours still holds
-        return {"compared": False, "why": f"{type(exc).__name__}: {str(exc)[:200]}"}
-
-    class Denoiser:  # what sample_ar_video reaches through: model.inner_model.inner_model.diffusion_model
-        inner_model = types.SimpleNamespace(
-            inner_model=types.SimpleNamespace(diffusion_model=model, get_dtype=lambda: torch.float32)
-        )
-
-        def __call__(self, x, sigma, model_options, seed):
-            return apply(x, sigma, model_options["transformer_options"])
-
-    extra = {"model_options": {"transformer_options": {}}, "seed": seed}
-    real = sample_ar_video(Denoiser(), x, sigmas, extra_args=extra, disable=True, num_frame_per_block=n)
-    mine = sample_core(model, apply, x, sigmas, seed, n, torch.float32)
-    return {"compared": True, "max_abs_diff": sbs.max_abs_diff(real, mine), "blocks": -(-x.shape[2] // n)}
-
-
 def check(args, core: dict) -> int:
-    """CPU float32: core's output latents for `--check-blocks` blocks against ours, within 1e-4; and, where core's
-    sampler imports, `sample_core` against `sample_ar_video` itself (bitwise)."""
+    """CPU float32: core's output latents for `--check-blocks` blocks against ours, within 1e-4."""
     device = torch.device("cpu")
     pipe, context = build_ours(args, "eager")
     weights = pipe.model.state_dict()
     model = build_core(core, pipe.model.config, weights, device, torch.float32)
     sigmas = torch.tensor([*pipe.sigmas, 0.0], dtype=torch.float32)
-    x = latent_noise(args, 7, device)
     n = pipe.sampling.block_frames
+    args.latent_frames = args.check_blocks * n
+    x = latent_noise(args, 7, device)
     apply = core_apply_model(model, torch.float32, context)
-    theirs = sample_core(model, apply, x, sigmas, 7, n, torch.float32, num_blocks=args.check_blocks)
-    theirs = theirs[:, :, : args.check_blocks * n]
+    theirs = run_core(core_sampler(args.comfyui_dir), model, apply, x, sigmas, 7, n, torch.float32)
     ours = run_ours(pipe, context, x, 7, args.check_blocks)
     diff = sbs.max_abs_diff(ours, theirs)
     scale = theirs.abs().max().item()
     block_diffs = [sbs.max_abs_diff(ours[:, :, b * n : (b + 1) * n], theirs[:, :, b * n : (b + 1) * n])
                    for b in range(args.check_blocks)]  # fmt: skip
-    loop = against_sample_ar_video(model, apply, x, sigmas, 7, n)
     ok = diff < 1e-4 and torch.isfinite(ours).all().item() and scale > 1e-2
-    ok = ok and (not loop["compared"] or loop["max_abs_diff"] == 0.0)
-    print(f"parity (CPU fp32, {args.check_blocks} blocks of {n} frames, sigmas {[round(float(s), 5) for s in sigmas]}): "
-          f"max |ours - core| = {diff:.3e} (per block {', '.join(f'{d:.1e}' for d in block_diffs)}; "
-          f"max |core| = {scale:.3f}); harness loop vs core's sample_ar_video: "
-          f"{loop.get('max_abs_diff', 'not compared: ' + loop.get('why', ''))} -> {'OK' if ok else 'FAIL'}")  # fmt: skip
+    print(f"parity (CPU fp32, core's sample_ar_video, {args.check_blocks} blocks of {n} frames, sigmas "
+          f"{[round(float(s), 5) for s in sigmas]}): max |ours - core| = {diff:.3e} (per block "
+          f"{', '.join(f'{d:.1e}' for d in block_diffs)}; max |core| = {scale:.3f}) -> {'OK' if ok else 'FAIL'}")  # fmt: skip
     sbs.write_json(args.json, {"check": {"max_abs_diff": diff, "per_block": block_diffs, "max_abs_core": scale,
-                   "ok": ok, "sigmas": sigmas.tolist(), "sample_ar_video": loop,
+                   "ok": ok, "sigmas": sigmas.tolist(),
                    "core": {k: v for k, v in core.items() if k not in ("CausalWanModel", "ops")}}})  # fmt: skip
     return 0 if ok else 1
 
@@ -313,8 +283,9 @@ def run_variant(args, core: dict, variant: str, device, dtype, frames: int, rows
         diffusion = torch.compile(model, backend="inductor", mode=None, fullgraph=False, dynamic=None,
                                   options={"guard_filter_fn": skip_torch_compile_dict(args.comfyui_dir)})  # fmt: skip
     apply = core_apply_model(diffusion, dtype, context)
+    sampler = core_sampler(args.comfyui_dir)
     sides = {
-        "core": lambda r: sample_core(model, apply, latent_noise(args, r, device), sigmas, r, n, dtype),
+        "core": lambda r: run_core(sampler, model, apply, latent_noise(args, r, device), sigmas, r, n, dtype),
         "ours": lambda r: run_ours(pipe, context, latent_noise(args, r, device), r, num_blocks),
     }
     for side, fn in sides.items():

@@ -3,8 +3,9 @@
 # (.git/info/exclude has /.ref/), so that they travel to the GPU machine with the working tree (64 MiB in all).
 # Nothing here is committed and nothing of theirs is in the repository: the lists are the import closures,
 # found by importing the harness's own path (with its shims) and listing the modules loaded from each checkout.
-#   .ref/comfy : ComfyUI's CausalWanModel path (comfy/...) and comfy_extras/nodes_torch_compile.py (the node's
-#                guard filter, read by bench/compare_comfy_core.py)
+#   .ref/comfy : ComfyUI's CausalWanModel path (comfy/...), comfy/k_diffusion/sampling.py (its sample_ar_video)
+#                and comfy_extras/nodes_torch_compile.py (the node's guard filter); bench/compare_comfy_core.py
+#                compiles those two functions from the files
 #   .ref/ck    : comfy_kitchen's Python files (core's RoPE calls it; `--kitchen-dir .ref/ck`): its eager backend
 #   .whl/      : with CK_WHEEL=1 (default), comfy_kitchen's cp312 wheel for the GPU image (7 MB, its CUDA extension
 #                inside; /.whl/ is ignored too): installed there, core runs its RoPE as users on cu130 do
@@ -52,7 +53,7 @@ copy() {  # $1: from, $2: to, then relative paths on stdin
 
 closure "$COMFY" "import torch, compare_comfy_core as c; c.import_core(root, torch.device('cpu'), Path('$KITCHEN'))" \
   | sort -u | copy "$COMFY" .ref/comfy
-echo comfy_extras/nodes_torch_compile.py | copy "$COMFY" .ref/comfy
+printf '%s\n' comfy_extras/nodes_torch_compile.py comfy/k_diffusion/sampling.py | copy "$COMFY" .ref/comfy
 (cd "$KITCHEN" && find comfy_kitchen -name '*.py') | copy "$KITCHEN" .ref/ck
 if [ "${CK_WHEEL:-1}" = 1 ]; then
   grep -qx '/.whl/' "$EXCLUDE" || { echo "add /.whl/ to $EXCLUDE first"; exit 1; }

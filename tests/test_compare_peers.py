@@ -1,8 +1,7 @@
 """The side-by-side harnesses drive the other side on the same math as ours: their CPU parity checks.
 
-bench/compare_comfy_core.py --tiny --check: ComfyUI core's CausalWanModel, driven as sample_ar_video drives it,
-against our pipeline with the same weights, sigmas and noise, within 1e-4 in CPU float32; with COMFYUI_PYTHON
-the harness's loop is also run against core's own sample_ar_video (bitwise). Skipped unless
+bench/compare_comfy_core.py --tiny --check: ComfyUI core's CausalWanModel under core's own sample_ar_video (read
+from the checkout), against our pipeline with the same weights, sigmas and noise, within 1e-4 in CPU float32. Skipped unless
 COMFYUI_DIR names a ComfyUI checkout (v0.27+) or the packed .ref/comfy; the Python is COMFYUI_PYTHON when set
 (it has core's requirements), else this one with the harness's shims (comfy_kitchen must then be importable or
 in KITCHEN_DIR, e.g. the packed .ref/ck). bench/compare_longlive.py --tiny --check: LongLive v1.0's pipeline (window, sink, LoRA
@@ -50,10 +49,6 @@ def test_comfy_core_parity_on_cpu(tmp_path):
     check = json.loads(out.read_text())["check"]
     assert check["ok"] and check["max_abs_diff"] < 1e-4 and len(check["per_block"]) == 2
     assert check["max_abs_core"] > 1e-2  # a non-trivial output, so agreement means something
-    loop = check["sample_ar_video"]  # in a ComfyUI environment: the harness's loop is core's sampler, bitwise
-    assert not loop["compared"] or loop["max_abs_diff"] == 0.0
-    if os.environ.get("COMFYUI_PYTHON"):
-        assert loop["compared"], loop
 
 
 @pytest.mark.integration
