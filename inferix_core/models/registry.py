@@ -694,6 +694,8 @@ def _load_bundled(
         b.cache_config(),
         transformer,
         vae,
+        # v2: the prompt names a scene through the model's vocabulary; v1 (None): one fixed learned context
+        text_encoder=b.prompt_encoder.to(device, dtype) if b.prompt_encoder is not None else None,
         default_context=b.context.to(device, dtype),
         action_names=tuple(b.action_names),
         fps=int(b.config.get("fps", 16)),

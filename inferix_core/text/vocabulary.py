@@ -77,7 +77,7 @@ class VocabularyConfig:
         cls, scenes: dict[str, tuple[str, ...] | list[str]], text_len: int, default: str
     ) -> VocabularyConfig:
         """Vocabulary = the pad word, then every scene's words in scene order."""
-        words = [PAD] + [w for ws in scenes.values() for w in ws]
+        words = [PAD, *dict.fromkeys(w for ws in scenes.values() for w in ws)]
         return cls(tuple(words), {s: tuple(w) for s, w in scenes.items()}, text_len, default)
 
     def to_dict(self) -> dict:
