@@ -195,6 +195,7 @@ def train_world(
     rollout_reuse: int = 2,
     start_step: int = 0,
     phase: str = "tf",
+    min_ready: int = 256,
     log: Callable[[str], None] = print,
     amp: bool | None = None,
 ) -> dict:
@@ -203,6 +204,7 @@ def train_world(
     rollout_share = 0: teacher forcing only. > 0: that share of the steps trains on the model's own
     rollouts (each rollout batch is reused for `rollout_reuse` steps with fresh noise and crops).
     The LR schedule follows the larger of the step and time fractions, so a time-limited run anneals.
+    Training starts once `min_ready` episodes (or all) are encoded, so early steps do not overfit a few.
     Returns {"steps", "loss_ema", "rollout_loss_ema", "seconds"}.
     """
     num_frames = pool.latents.shape[1]
@@ -221,7 +223,7 @@ def train_world(
     cached: tuple | None = None
     uses = 0
     while step < max_steps and time.time() - t0 < time_budget_s:
-        if pool.refresh() == 0:
+        if pool.refresh() < min(min_ready, pool.latents.shape[0]):
             time.sleep(0.5)
             continue
         progress = max((step - first) / max(1, max_steps - first), (time.time() - t0) / time_budget_s)
