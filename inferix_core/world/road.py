@@ -1,50 +1,115 @@
-"""A procedural driving world: a pseudo-3D road seen from behind a car, rendered with numpy.
+"""The procedural driving world (v2): a pseudo-3D road seen from behind a car, rendered with numpy.
 
-Deterministic from `(seed, actions)`: the seed fixes the track (curves), roadside objects, palette
-and the car's starting state; the actions (one per pixel frame) steer and throttle the car. This is
-the ground truth the bundled world model is trained on and measured against. No torch here.
+Deterministic from `(seed, actions, scene)`: the seed fixes the track (curves and hills), roadside
+objects, traffic and the car's starting state; the scene fixes the palette (one per scene, never a
+mixture, so a prompt can select it); the actions (one per pixel frame) steer and throttle the car.
+This is the ground truth the bundled world model is trained on and measured against. No torch here.
 
-Rendering is the classic "OutRun" projection: each screen row below the horizon is one ground
-depth z = cam_depth / dy, the road centre at that depth is the double integral of the track
-curvature ahead (the camera always faces along the road), and stripes alternate with track
-distance so speed is visible as scrolling.
+Rendering is the classic "OutRun" projection with hills: every depth sample z ahead of the car is
+projected to a screen row from its height relative to the car (the camera pitches with the road at
+the car, so the horizon moves on hills), and a running minimum of those rows from near to far is the
+clip line that lets a crest hide the road behind it. Each ground row then gets the depth of the nearest
+sample that reaches it; the road centre at that depth is the double integral of the track curvature
+ahead (the camera always faces along the road), and stripes alternate with track distance so speed is
+visible as scrolling. Other cars drive in the three lanes, slower than the player, who overtakes them.
+
+The car has a lane-keeping assist: without a steering action it eases back to the nearest lane centre
+(or onto the road from the grass), so a random policy shows driving on the road, and holding a steering
+action for longer than about half a second changes lanes or leaves the road.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..errors import ConfigError
 
 ACTION_NAMES: tuple[str, ...] = ("none", "steer_left", "steer_right", "accelerate", "brake")
 NONE, LEFT, RIGHT, ACCEL, BRAKE = range(len(ACTION_NAMES))
 FPS = 16
 
-# Palettes: sky top, sky bottom (haze), mountains, grass light, grass dark, road light, road dark.
-_PALETTES = (
-    ((40, 90, 200), (170, 210, 240), (90, 110, 150), (60, 170, 60), (45, 140, 45), (110, 110, 115), (100, 100, 105)),
-    ((240, 120, 60), (250, 200, 140), (120, 70, 90), (150, 160, 60), (125, 135, 45), (120, 105, 100), (108, 95, 92)),
-    ((20, 30, 80), (90, 80, 140), (40, 40, 70), (40, 100, 70), (30, 80, 55), (70, 70, 85), (62, 62, 76)),
-)
+# One palette per scene: sky top, sky bottom (haze), mountains, grass light, grass dark, road light, road
+# dark. The skies differ in hue and brightness by far more than any gradient or rounding (palette.py
+# classifies frames against exactly this table).
+PALETTES: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "day": ((40, 100, 210), (165, 205, 240), (90, 110, 150), (70, 170, 60), (55, 145, 50), (115, 115, 120), (104, 104, 110)),
+    "sunset": ((235, 110, 50), (250, 195, 130), (120, 70, 90), (150, 150, 60), (128, 130, 48), (120, 105, 100), (108, 95, 92)),
+    "night": ((10, 15, 50), (60, 55, 110), (30, 30, 55), (30, 80, 55), (24, 66, 45), (62, 62, 75), (55, 55, 67)),
+}  # fmt: skip
+SCENES: tuple[str, ...] = tuple(PALETTES)
+# The prompt vocabulary: per scene its name first, then words that mean the same scene.
+_SCENE_WORDS: dict[str, tuple[str, ...]] = {
+    "day": ("day", "noon", "blue"),
+    "sunset": ("sunset", "evening", "orange"),
+    "night": ("night", "midnight", "dark"),
+}
+SCENE_WORDS: tuple[str, ...] = tuple(w for s in SCENES for w in _SCENE_WORDS[s])
+
+TRAFFIC_COLOURS = ((40, 80, 200), (230, 200, 40), (235, 235, 235), (40, 150, 90), (140, 60, 170))
+LANES = (-2.0 / 3.0, 0.0, 2.0 / 3.0)  # lane centres (road edge at ±1)
+
+
+def check_scene(scene: str) -> str:
+    """`scene` if it is one of SCENES, else a ConfigError that lists them."""
+    if scene not in PALETTES:
+        raise ConfigError(f"unknown scene {scene!r}: use one of {', '.join(SCENES)}")
+    return scene
+
+
+def scene_for_seed(seed: int) -> str:
+    """The default scene of an episode: the seed modulo the scene count, so consecutive seeds balance."""
+    return SCENES[int(seed) % len(SCENES)]
+
+
+def scene_words(scene: str) -> tuple[str, ...]:
+    """The words of SCENE_WORDS that describe `scene` (its conditioning prompt), its name first."""
+    return _SCENE_WORDS[check_scene(scene)]
+
+
+def scene_from_prompt(prompt: str) -> str:
+    """The scene a free-text prompt names, by its words (e.g. "a drive at sunset" → "sunset").
+
+    Exactly one scene must be named; otherwise a ConfigError lists the vocabulary.
+    """
+    words = {w.strip(".,;:!?\"'()").lower() for w in prompt.split()}
+    found = [s for s in SCENES if words & set(_SCENE_WORDS[s])]
+    if len(found) != 1:
+        what = "names no scene" if not found else f"names several scenes ({', '.join(found)})"
+        raise ConfigError(f"prompt {prompt!r} {what}: use one of the words {', '.join(SCENE_WORDS)}")
+    return found[0]
 
 
 @dataclass(frozen=True)
 class WorldSpec:
     """Constants of the world's physics and camera (units: road half-widths, seconds)."""
 
-    horizon: float = 0.42  # horizon row as a fraction of the image height
-    cam_depth: float = 1.8  # z of the bottom screen row
+    horizon: float = 0.42  # horizon row on flat ground, as a fraction of the image height
+    cam_depth: float = 1.8  # z of the bottom screen row on flat ground
+    focal: float = 0.45  # pixels per unit at z = 1, as a fraction of the image width (and height)
+    pitch_follow: float = 0.5  # the camera pitches by this share of the road's slope under the car
     road_half_width: float = 1.0
     stripe_len: float = 4.0  # track length of one stripe (light or dark)
     object_spacing: float = 9.0  # track distance between roadside objects
     draw_distance: float = 60.0
     max_speed: float = 20.0  # track units per second
+    cruise_speed: float = 13.0  # without throttle or brake the speed eases towards this
+    cruise_rate: float = 0.5  # 1/s
     accel: float = 10.0
-    brake: float = 16.0
-    drag: float = 2.0
-    steer_rate: float = 1.6  # lateral units per second at full speed
-    centrifugal: float = 0.9
+    brake: float = 10.0
+    steer_rate: float = 1.2  # lateral units per second at full speed
+    assist_rate: float = 3.0  # 1/s: lane keeping without a steering action
+    centrifugal: float = 0.3
     offroad_max_speed: float = 7.0
+    traffic_spacing: float = 35.0  # mean track distance between other cars at the start
+    traffic_speed: tuple[float, float] = (5.0, 9.0)
+    car_length: float = 2.2  # the player cannot get closer than this behind a car in its lane
+
+    @property
+    def cam_height(self) -> float:
+        """Camera height above the road in lateral units, from the flat projection y = hy + f·h / z."""
+        return self.cam_depth * (1.0 - self.horizon) / self.focal
 
 
 @dataclass
@@ -56,10 +121,11 @@ class CarState:
     speed: float
     steer: float = 0.0  # smoothed steering for the car sprite, in [-1, 1]
     background: float = 0.0  # accumulated horizontal scroll of the sky layer (pixels at W=128)
+    time: float = 0.0  # seconds since the first frame (moves the traffic)
 
 
 class Track:
-    """Curvature along the track: smooth piecewise segments drawn from the seed."""
+    """Curvature and elevation along the track: smooth piecewise curves and a sum of hills from the seed."""
 
     def __init__(self, seed: int, length: float = 40000.0, resolution: float = 0.5):
         rng = np.random.default_rng(seed)
@@ -74,27 +140,58 @@ class Track:
             i += seg
         # Smooth the steps so curves ease in and out (box filter over ~20 units).
         w = int(20 / resolution)
-        kernel = np.ones(w) / w
-        self.curvature = np.convolve(curv, kernel, mode="same")
+        self.curvature = np.convolve(curv, np.ones(w) / w, mode="same")
+        # Hills: three sines with wavelengths 80-200 units; a quarter of the tracks are flat.
+        hills = 0.0 if rng.random() < 0.25 else rng.uniform(0.4, 1.0)
+        self._wavelength = rng.uniform(80.0, 200.0, size=3)
+        self._slope = hills * rng.uniform(0.04, 0.08, size=3)  # peak slope of each sine
+        self._phase = rng.uniform(0, 2 * np.pi, size=3)
 
     def curvature_at(self, s: np.ndarray | float) -> np.ndarray | float:
         idx = np.clip((np.asarray(s) / self.resolution).astype(np.int64), 0, len(self.curvature) - 1)
         return self.curvature[idx]
 
+    def elevation_at(self, s: np.ndarray | float) -> np.ndarray:
+        """Road height at track distance s (lateral units)."""
+        k = 2 * np.pi / self._wavelength
+        s = np.asarray(s, dtype=np.float64)[..., None]
+        return (self._slope / k * np.sin(k * s + self._phase)).sum(-1)
+
+    def slope_at(self, s: float) -> float:
+        k = 2 * np.pi / self._wavelength
+        return float((self._slope * np.cos(k * s + self._phase)).sum())
+
+
+@dataclass
+class Traffic:
+    """Other cars: start position, constant speed, lane and colour of each (the player is faster)."""
+
+    start: np.ndarray  # (N,) track distance at time 0
+    speed: np.ndarray  # (N,) units per second
+    lane: np.ndarray  # (N,) lateral offset
+    colour: np.ndarray = field(repr=False)  # (N, 3)
+
+    def positions(self, time: float) -> np.ndarray:
+        return self.start + self.speed * time
+
 
 class RoadWorld:
     """One episode of the driving world: `step(action)` then `render()` gives the next frame."""
 
-    def __init__(self, seed: int, height: int = 128, width: int = 128, spec: WorldSpec | None = None):
+    def __init__(
+        self, seed: int, height: int = 192, width: int = 192, spec: WorldSpec | None = None, scene: str | None = None
+    ):
         self.spec = spec or WorldSpec()
         self.height, self.width = height, width
+        self.scene = check_scene(scene) if scene is not None else scene_for_seed(seed)
+        self.palette = np.array(PALETTES[self.scene], dtype=np.float32)
         rng = np.random.default_rng(seed + 7919)
         self.track = Track(seed)
-        self.palette = np.array(_PALETTES[int(rng.integers(len(_PALETTES)))], dtype=np.float32)
+        sp = self.spec
         self.state = CarState(
             position=float(rng.uniform(0, 2000)),
-            lateral=float(rng.uniform(-0.5, 0.5)),
-            speed=float(rng.uniform(0.35, 0.75) * self.spec.max_speed),
+            lateral=float(rng.choice(LANES)),
+            speed=float(rng.uniform(0.4, 0.7) * sp.max_speed),
         )
         self._object_seed = int(rng.integers(1 << 30))
         # Mountain profile: a periodic sum of sines over 4 screen widths.
@@ -102,6 +199,16 @@ class RoadWorld:
         self._mnt_amp = rng.uniform(0.3, 1.0, size=6) / k
         self._mnt_phase = rng.uniform(0, 2 * np.pi, size=6)
         self._mnt_k = k
+        # Traffic over the stretch a 5-minute drive at full speed can reach (cars behind the start too).
+        span = sp.max_speed * 330.0
+        n = int(span / sp.traffic_spacing)
+        start = self.state.position - 100.0 + np.sort(rng.uniform(0, span, size=n))
+        self.traffic = Traffic(
+            start=start,
+            speed=rng.uniform(*sp.traffic_speed, size=n),
+            lane=np.asarray(LANES)[rng.integers(len(LANES), size=n)],
+            colour=np.asarray(TRAFFIC_COLOURS, dtype=np.float32)[rng.integers(len(TRAFFIC_COLOURS), size=n)],
+        )
 
     # --- dynamics ---------------------------------------------------------------------------
     def step(self, action: int) -> None:
@@ -113,103 +220,148 @@ class RoadWorld:
         elif action == BRAKE:
             st.speed -= sp.brake * dt
         else:
-            st.speed -= sp.drag * dt
+            st.speed += (sp.cruise_speed - st.speed) * sp.cruise_rate * dt
         if abs(st.lateral) > 1.15 and st.speed > sp.offroad_max_speed:
             st.speed -= 3 * sp.brake * dt
+        # Blocked by a car just ahead in the same lane: follow it at its speed.
+        gap = self.traffic.positions(st.time) - st.position
+        ahead = (gap > 0) & (gap < sp.car_length + 1.0) & (np.abs(self.traffic.lane - st.lateral) < 0.45)
+        if ahead.any():
+            st.speed = min(st.speed, float(self.traffic.speed[ahead].min()))
         st.speed = float(np.clip(st.speed, 0.0, sp.max_speed))
         frac = st.speed / sp.max_speed
         steer = {LEFT: -1.0, RIGHT: 1.0}.get(action, 0.0)
         st.steer += (steer - st.steer) * 0.5
         st.lateral += steer * sp.steer_rate * dt * (0.35 + 0.65 * frac)
+        if steer == 0.0:  # lane keeping: towards the nearest lane centre, or back onto the road
+            lanes = np.asarray(LANES)
+            target = lanes[np.argmin(np.abs(lanes - st.lateral))]
+            st.lateral += (target - st.lateral) * (1.0 - np.exp(-sp.assist_rate * dt * (0.3 + 0.7 * frac)))
         k = float(self.track.curvature_at(st.position))
         st.lateral -= k * sp.centrifugal * st.speed * frac * dt * 8.0
         st.lateral = float(np.clip(st.lateral, -2.3, 2.3))
         st.background -= k * st.speed * dt * 60.0
         st.position += st.speed * dt
+        st.time += dt
+
+    # --- projection -------------------------------------------------------------------------
+    def _project(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+        """Depth samples ahead → (z, screen row, clip row, road-centre offset, horizon row).
+
+        Row of depth z: hy + f·(h − Δe(z)) / z + f·slope, with Δe the road height above the car's and
+        the camera pitched with the road under the car. The clip row is the running minimum from near
+        to far: rows at or below it are already covered by nearer ground.
+        """
+        sp, st = self.spec, self.state
+        H = self.height
+        f = sp.focal * H
+        z = np.geomspace(0.5, sp.draw_distance, 384)  # (S,)
+        de = self.track.elevation_at(st.position + z) - self.track.elevation_at(st.position)
+        pitch = f * sp.pitch_follow * self.track.slope_at(st.position)
+        horizon = sp.horizon * H + pitch
+        rows = horizon + f * (sp.cam_height - de) / z  # (S,)
+        clip = np.minimum.accumulate(rows)
+        # Road centre: the double integral of curvature ahead, on a uniform grid.
+        zz = np.linspace(0.0, sp.draw_distance * 4, 512)
+        dz = zz[1] - zz[0]
+        heading = np.cumsum(self.track.curvature_at(st.position + zz)) * dz
+        offset = np.interp(z, zz, np.cumsum(heading) * dz)  # (S,)
+        return z, rows, clip, offset, horizon
 
     # --- rendering --------------------------------------------------------------------------
     def render(self) -> np.ndarray:
         """The current view as uint8 [H, W, 3]."""
         sp, st = self.spec, self.state
         H, W = self.height, self.width
-        pal = self.palette
-        sky_top, haze, mnt, grass_a, grass_b, road_a, road_b = pal
+        sky_top, haze, mnt, grass_a, grass_b, road_a, road_b = self.palette
         img = np.empty((H, W, 3), dtype=np.float32)
-        hy = round(sp.horizon * H)
         xs = np.arange(W, dtype=np.float32) + 0.5  # (W,)
+        z_s, rows_s, clip_s, offset_s, horizon = self._project()
 
-        # 1. Sky gradient and a mountain silhouette scrolled by the accumulated curve heading.
-        t = (np.arange(hy, dtype=np.float32) / max(hy - 1, 1))[:, None]  # (hy, 1)
-        img[:hy] = (sky_top * (1 - t) + haze * t)[:, None, :]
+        # 1. Sky gradient down to the horizon, haze below it, and a mountain silhouette on the horizon
+        # scrolled by the accumulated curve heading.
+        ys = np.arange(H, dtype=np.float32) + 0.5
+        t = np.clip(ys / max(horizon, 1.0), 0.0, 1.0)[:, None]  # (H, 1)
+        img[:] = (sky_top * (1 - t) + haze * t)[:, None, :]
         u = (xs + st.background * W / 128.0) / (4 * W) * 2 * np.pi  # (W,)
         prof = (self._mnt_amp[:, None] * np.sin(self._mnt_k[:, None] * u[None] + self._mnt_phase[:, None])).sum(0)
-        mnt_h = (0.10 + 0.06 * prof) * H  # mountain height above the horizon in rows
-        rows = np.arange(hy, dtype=np.float32)[:, None]  # (hy, 1)
-        mask = rows >= hy - mnt_h[None, :]  # (hy, W)
-        img[:hy][mask] = mnt * 0.85 + haze * 0.15
+        mnt_top = horizon - (0.08 + 0.04 * prof) * H  # (W,)
+        mask = (ys[:, None] >= mnt_top[None, :]) & (ys[:, None] < max(horizon, clip_s[-1]) + 1.0)
+        img[mask] = mnt * 0.85 + haze * 0.15
 
-        # 2. Ground rows: depth per row, road centre from the double integral of curvature.
-        y = np.arange(hy, H, dtype=np.float32) + 0.5  # (G,)
-        dy = (y - hy) / (H - hy)
-        z = sp.cam_depth / dy  # (G,) depth ahead of the camera
-        zz = np.linspace(0.0, sp.draw_distance * 4, 512)
-        k_ahead = self.track.curvature_at(st.position + zz)
-        dz = zz[1] - zz[0]
-        heading = np.cumsum(k_ahead) * dz
-        offset = np.cumsum(heading) * dz  # lateral road-centre offset at distance zz
-        centre_world = np.interp(z, zz, offset) - st.lateral  # (G,)
-        scale = (W / 2) / z  # pixels per lateral unit at that depth, (G,)
-        centre_px = W / 2 + centre_world * scale * sp.road_half_width * 0.9  # (G,)
-        half = sp.road_half_width * scale * 0.9  # (G,)
-        stripe = (np.floor((st.position + z) / sp.stripe_len) % 2).astype(bool)  # (G,)
-        dxp = np.abs(xs[None, :] - centre_px[:, None])  # (G, W)
-        rel = dxp / half[:, None]  # 0 at the centre, 1 at the road edge
-        g = np.where(stripe[:, None, None], grass_a, grass_b) * np.ones((1, W, 1), np.float32)
-        road = np.where(stripe[:, None, None], road_a, road_b)
-        g = np.where((rel < 1.0)[..., None], road, g)
-        rumble = (rel >= 1.0) & (rel < 1.15)
-        rumble_col = np.where(stripe[:, None, None], np.float32([220, 40, 40]), np.float32([235, 235, 235]))
-        g = np.where(rumble[..., None], rumble_col, g)
-        lane = (np.abs(rel - 1 / 3) < 0.05) & stripe[:, None]  # dashed dividers of 3 lanes, at ±1/3
-        g = np.where(lane[..., None], np.float32([240, 240, 200]), g)
-        fog = np.clip((z - 4.0) / (sp.draw_distance - 4.0), 0, 1)[:, None, None] ** 0.8  # (G,1,1)
-        img[hy:] = g * (1 - fog) + haze * fog
+        # 2. Ground rows: the depth of the nearest sample that reaches each row (clip line reversed).
+        g0 = int(np.clip(np.floor(clip_s[-1]), 0, H))
+        y = ys[g0:]  # (G,)
+        z = np.interp(y, clip_s[::-1], z_s[::-1])  # (G,)
+        centre_world = np.interp(z, z_s, offset_s) - st.lateral
+        scale = sp.focal * W / z  # pixels per lateral unit at that depth, (G,)
+        centre_px = W / 2 + centre_world * scale * sp.road_half_width
+        half = sp.road_half_width * scale
+        stripe = (np.floor((st.position + z) / sp.stripe_len) % 2).astype(np.int64)  # (G,) light = 1
+        rel = np.abs(xs[None, :] - centre_px[:, None]) / half[:, None]  # 0 at the centre, 1 at the edge
+        # Surface class per pixel (0 grass, 1 road, 2 rumble strip, 3 lane divider), then one lookup in a
+        # per-row table of (class, dark/light stripe) colours already blended with the fog of that row.
+        cls = (rel < 1.0).astype(np.int64)
+        cls[(rel >= 1.0) & (rel < 1.15)] = 2
+        cls[np.abs(rel - 1 / 3) < 0.05] = 3  # dashed dividers of 3 lanes, at ±1/3 (drawn on light stripes)
+        white, red, paint = np.float32([235, 235, 235]), np.float32([220, 40, 40]), np.float32([240, 240, 200])
+        table = np.stack([grass_b, grass_a, road_b, road_a, white, red, road_b, paint])  # (8, 3)
+        fog = self._fog(z)[:, None, None].astype(np.float32)  # (G, 1, 1)
+        table = table[None] * (1 - fog) + haze * fog  # (G, 8, 3)
+        ground = table[np.arange(len(z))[:, None], cls * 2 + stripe[:, None]]  # (G, W, 3)
+        below = (y >= clip_s[-1])[:, None, None]  # the first row may lie above the farthest ground
+        img[g0:] = np.where(below, ground, img[g0:])
 
-        # 3. Roadside objects, far to near.
-        self._draw_objects(img, hy, zz, offset)
+        # 3. Roadside objects and traffic, far to near, each clipped by the ground in front of it.
+        self._draw_scenery(img, z_s, rows_s, clip_s, offset_s)
         # 4. The car sprite.
         self._draw_car(img)
         return np.clip(img + 0.5, 0, 255).astype(np.uint8)
 
-    def _draw_objects(self, img: np.ndarray, hy: int, zz: np.ndarray, offset: np.ndarray) -> None:
+    def _fog(self, z: np.ndarray | float) -> np.ndarray:
+        sp = self.spec
+        return np.clip((np.asarray(z) - 4.0) / (sp.draw_distance - 4.0), 0, 1) ** 0.8
+
+    def _draw_scenery(
+        self, img: np.ndarray, z_s: np.ndarray, rows_s: np.ndarray, clip_s: np.ndarray, offset_s: np.ndarray
+    ) -> None:
         sp, st = self.spec, self.state
-        H, W = self.height, self.width
+        W = self.width
         haze = self.palette[1]
+        items: list[tuple[float, int, float, tuple | np.ndarray]] = []  # (z, kind, lateral, colour)
         first = int(np.ceil((st.position + 0.8) / sp.object_spacing))
         last = int((st.position + sp.draw_distance) / sp.object_spacing)
-        for i in range(last, first - 1, -1):
-            s = i * sp.object_spacing
-            z = s - st.position
+        for i in range(first, last + 1):
             r = np.random.default_rng((self._object_seed, i))
             for side in (-1.0, 1.0):
                 kind = int(r.integers(3))  # 0 tree, 1 pine, 2 post
                 lat = side * (1.45 + r.uniform(0.0, 0.8)) * sp.road_half_width
-                x_world = np.interp(z, zz, offset) - st.lateral + lat
-                scale = (W / 2) / z * 0.9
-                cx = W / 2 + x_world * scale
-                base = hy + sp.cam_depth / z * (H - hy)
-                size = scale * (0.9 if kind != 2 else 0.5)  # object height in pixels / 1.0 unit
-                fog = min(max((z - 4.0) / (sp.draw_distance - 4.0), 0.0), 1.0) ** 0.8
-                self._draw_sprite(img, kind, cx, base, size * 1.6, fog, haze)
+                items.append((i * sp.object_spacing - st.position, kind, lat, ()))
+        gaps = self.traffic.positions(st.time) - st.position
+        for j in np.flatnonzero((gaps > 1.0) & (gaps < sp.draw_distance)):
+            items.append((float(gaps[j]), 3, float(self.traffic.lane[j]), self.traffic.colour[j]))
+        for z, kind, lat, colour in sorted(items, key=lambda it: -it[0]):
+            scale = sp.focal * W / z  # pixels per lateral unit
+            cx = W / 2 + (float(np.interp(z, z_s, offset_s)) - st.lateral + lat) * scale
+            base = float(np.interp(z, z_s, rows_s))
+            # Nearer ground hides what is below its clip row (a crest in front of the object).
+            nearer = z_s < z
+            clip = float(clip_s[nearer][-1]) if nearer.any() else float(self.height)
+            fog = float(self._fog(z))
+            if kind == 3:
+                self._draw_other_car(img, cx, base, scale, min(clip, base), fog, haze, colour)
+            else:
+                size = scale * (0.9 if kind != 2 else 0.5) * 1.44
+                self._draw_sprite(img, kind, cx, base, size, min(clip, base), fog, haze)
 
     @staticmethod
     def _draw_sprite(
-        img: np.ndarray, kind: int, cx: float, base: float, h: float, fog: float, haze: np.ndarray
+        img: np.ndarray, kind: int, cx: float, base: float, h: float, clip: float, fog: float, haze: np.ndarray
     ) -> None:
         H, W = img.shape[:2]
         if h < 0.8 or cx + h < 0 or cx - h > W:
             return
-        y0, y1 = max(int(base - h), 0), min(int(np.ceil(base)), H)
+        y0, y1 = max(int(base - h), 0), min(int(np.ceil(clip)), H)
         x0, x1 = max(int(cx - h * 0.5), 0), min(int(np.ceil(cx + h * 0.5)), W)
         if y1 <= y0 or x1 <= x0:
             return
@@ -230,8 +382,43 @@ class RoadWorld:
             sign = (np.abs(X) < 0.3) & (Y > -1.0) & (Y < -0.7)
             layers = ((pole, (230, 230, 230)), (sign, (230, 190, 30)))
         for m, col in layers:
-            c = np.float32(col) * (1 - fog) + haze * fog
-            region[m] = c
+            region[m] = np.float32(col) * (1 - fog) + haze * fog
+
+    @staticmethod
+    def _draw_other_car(
+        img: np.ndarray,
+        cx: float,
+        base: float,
+        scale: float,
+        clip: float,
+        fog: float,
+        haze: np.ndarray,
+        colour: np.ndarray,
+    ) -> None:
+        """Another car seen from behind: 0.55 units wide, 0.42 high, scaled by depth like the road."""
+        H, W = img.shape[:2]
+        w, h = 0.55 * scale, 0.42 * scale
+        if h < 0.8 or cx + w < 0 or cx - w > W:
+            return
+        y0, y1 = max(int(base - h), 0), min(int(np.ceil(clip)), H)
+        x0, x1 = max(int(cx - w / 2), 0), min(int(np.ceil(cx + w / 2)), W)
+        if y1 <= y0 or x1 <= x0:
+            return
+        Y = ((np.arange(y0, y1, dtype=np.float32) + 0.5 - base) / h)[:, None]  # (-1, 0]
+        X = ((np.arange(x0, x1, dtype=np.float32) + 0.5 - cx) / w)[None, :]  # (-0.5, 0.5)
+        region = img[y0:y1, x0:x1]
+        body = (np.abs(X) < 0.5) & (Y > -0.6)
+        roof = (np.abs(X) < 0.36) & (Y <= -0.6)
+        window = (np.abs(X) < 0.3) & (Y > -0.92) & (Y < -0.66)
+        lights = (np.abs(np.abs(X) - 0.34) < 0.1) & (Y > -0.45) & (Y < -0.3)
+        tyres = (np.abs(np.abs(X) - 0.36) < 0.1) & (Y > -0.12)
+        for m, col in (
+            (body | roof, colour),
+            (window, (50, 60, 80)),
+            (lights, (230, 40, 40)),
+            (tyres, (20, 20, 20)),
+        ):
+            region[m] = np.float32(col) * (1 - fog) + haze * fog
 
     def _draw_car(self, img: np.ndarray) -> None:
         H, W = img.shape[:2]
@@ -265,40 +452,49 @@ class RoadWorld:
 
 
 def render_episode(
-    seed: int, actions: np.ndarray | list[int], height: int = 64, width: int = 64, supersample: int = 2
+    seed: int,
+    actions: np.ndarray | list[int],
+    height: int = 96,
+    width: int = 96,
+    supersample: int = 2,
+    scene: str | None = None,
 ) -> np.ndarray:
     """Render frame 0 and then one frame after each of `actions[1:]` (uint8 [T, H, W, 3]).
 
     Frame t shows the world after actions[1..t] were applied; actions[0] has no effect (there is no
     motion before the first frame), so the action list and the frame list have the same length T.
+    `scene` picks the palette (default `scene_for_seed(seed)`); everything else comes from the seed.
     Each frame is rendered at `supersample`× the size and box-filtered down, which removes the
     flicker of far stripes and lane dashes at small sizes.
     """
     s = supersample
-    world = RoadWorld(seed, height * s, width * s)
+    world = RoadWorld(seed, height * s, width * s, scene=scene)
     actions = np.asarray(actions, dtype=np.int64)
     frames = np.empty((len(actions), height, width, 3), dtype=np.uint8)
     for t in range(len(actions)):
         if t:
             world.step(int(actions[t]))
         big = world.render().astype(np.float32)  # (H·s, W·s, 3)
-        frames[t] = (big.reshape(height, s, width, s, 3).mean(axis=(1, 3)) + 0.5).astype(np.uint8)
+        box = sum(big[i::s, j::s] for i in range(s) for j in range(s))  # (H, W, 3); faster than a mean
+        frames[t] = (box / (s * s) + 0.5).astype(np.uint8)
     return frames
 
 
 def random_actions(rng: np.random.Generator, num_latent_frames: int) -> np.ndarray:
-    """A random policy, one action per latent frame [F], each held for 1-5 latent frames.
+    """A random policy, one action per latent frame [F]: steering held 1-2 latent frames, others 1-4.
 
-    Expand with `latent_to_pixel_actions`: pixel frame t ≥ 1 belongs to latent frame ⌈t / 4⌉ and
-    carries that latent frame's action, so the latent model sees exactly the action that moved its
-    frames.
+    Steering is rarer and shorter than in v1 and the car keeps its lane by itself between steers (see
+    RoadWorld), so episodes show driving on the road (about 95 % of the time) with lane changes and now
+    and then a trip onto the grass; throttle and brake vary the speed around the cruise speed. Expand with `latent_to_pixel_actions`: pixel frame t ≥ 1 belongs to latent frame
+    ⌈t / 4⌉ and carries that latent frame's action, so the latent model sees exactly the action that
+    moved its frames.
     """
-    probs = np.array([0.3, 0.2, 0.2, 0.2, 0.1])
+    probs = np.array([0.42, 0.13, 0.13, 0.19, 0.13])
     lat = np.empty(num_latent_frames, dtype=np.int64)
     f = 0
     while f < num_latent_frames:
         a = int(rng.choice(len(ACTION_NAMES), p=probs))
-        n = int(rng.integers(1, 6))
+        n = int(rng.integers(1, 3 if a in (LEFT, RIGHT) else 5))
         lat[f : f + n] = a
         f += n
     return lat
