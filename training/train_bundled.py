@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--resume-from", type=Path, default=None, help="the OUT (or OUT/resume) of an earlier call")
     p.add_argument("--until", choices=("ae", "tf", "all"), default="all", help="stop after this phase")
     p.add_argument("--budget-seconds", type=float, default=None, help="wall-clock cap of this call, all phases")
-    p.add_argument("--episodes", type=int, default=1536)
+    p.add_argument("--episodes", type=int, default=3072)
     p.add_argument("--latent-frames", type=int, default=30, help="latent frames per episode (whole blocks)")
     p.add_argument("--size", type=int, default=96, help="frame height = width, a multiple of 16")
     p.add_argument("--ae-steps", type=int, default=8000)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
 from inferix_core.models.bundled import load_bundled
@@ -14,7 +13,6 @@ from training.checkpoint import MAX_SHARD_BYTES
 from training.train_bundled import main
 
 
-@pytest.mark.slow
 def test_two_call_smoke_run_exports_a_loadable_prompted_model(tmp_path):
     out1, out2 = tmp_path / "out1", tmp_path / "out2"
     main(["--out", str(out1), "--work", str(tmp_path / "work1"), "--smoke", "--until", "tf"])
