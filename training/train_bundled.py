@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rollout-steps", type=int, default=20000)
     p.add_argument("--rollout-time", type=float, default=420.0, help="rollout-phase wall-clock budget, seconds")
     p.add_argument("--rollout-share", type=float, default=0.5, help="share of rollout steps in that phase")
+    p.add_argument("--rollout-lr", type=float, default=1.5e-4, help="peak LR of the rollout phase (fresh AdamW)")
     p.add_argument("--clip-frames", type=int, default=18, help="latent frames per training clip")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--ckpt-every", type=int, default=500)
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         rec = train_world(
             pool, world, sampling, cache_cfg, device,
             Checkpointer(args.work / "rollout.pt", args.ckpt_every, args.resume),
-            state["tf"]["steps"] + args.rollout_steps, min(args.rollout_time, left(40.0)), batch=args.batch, lr=2e-4,
+            state["tf"]["steps"] + args.rollout_steps, min(args.rollout_time, left(40.0)), batch=args.batch, lr=args.rollout_lr,
             clip_frames=args.clip_frames, rollout_share=args.rollout_share, start_step=state["tf"]["steps"],
             phase="rollout", log=log,
         )  # fmt: skip
