@@ -221,7 +221,7 @@ def train_world(
     roll_frames = num_frames - num_frames % n  # whole blocks
     t0, last_log, ema, roll_ema = time.time(), 0.0, None, None
     cached: tuple | None = None
-    uses = 0
+    uses, rollouts, rollout_s = 0, 0, 0.0
     while step < max_steps and time.time() - t0 < time_budget_s:
         if pool.refresh() < min(min_ready, pool.latents.shape[0]):
             time.sleep(0.5)
@@ -235,10 +235,11 @@ def train_world(
                 idx = pool.sample(batch, gen)
                 truth = pool.latents[idx, :roll_frames].float()
                 act = eye[pool.actions[idx, :roll_frames]]
-                was = model.training
+                was, t_roll = model.training, time.time()
                 model.eval()
                 own = rollout(model, sampling, cache, truth, act, pool.scene_ids[idx], n, seed=int(step))
                 model.train(was)
+                rollouts, rollout_s = rollouts + 1, rollout_s + time.time() - t_roll
                 cached, uses = (truth, own, act, pool.scene_ids[idx]), 0
             truth, own, act, scenes = cached
             uses += 1
@@ -267,7 +268,7 @@ def train_world(
             log(
                 f"{phase} step {step} loss {loss.item():.4f} (tf ema {ema if ema is None else round(ema, 4)}, "
                 f"rollout ema {roll_ema if roll_ema is None else round(roll_ema, 4)}) lr {opt.param_groups[0]['lr']:.2e}"
-                f" ({len(pool.ready)} episodes ready, {time.time() - t0:.0f}s)"
+                f" ({len(pool.ready)} episodes ready, {rollouts} rollouts in {rollout_s:.0f}s, {time.time() - t0:.0f}s)"
             )
             last_log = time.time()
         if ckpt.due(step):
@@ -275,5 +276,15 @@ def train_world(
     if step > first:
         ckpt.save(model, opt, step, ema=ema, roll_ema=roll_ema)
     seconds = time.time() - t0
-    log(f"{phase} done: {step - first} steps in {seconds:.0f}s (total {step}), tf ema {ema}, rollout ema {roll_ema}")
-    return {"steps": step, "loss_ema": ema, "rollout_loss_ema": roll_ema, "seconds": round(seconds, 1)}
+    log(
+        f"{phase} done: {step - first} steps in {seconds:.0f}s (total {step}), tf ema {ema}, rollout ema {roll_ema}, "
+        f"{rollouts} rollouts of {batch} episodes in {rollout_s:.0f}s"
+    )
+    return {
+        "steps": step,
+        "loss_ema": ema,
+        "rollout_loss_ema": roll_ema,
+        "seconds": round(seconds, 1),
+        "rollouts": rollouts,
+        "rollout_seconds": round(rollout_s, 1),
+    }
