@@ -108,7 +108,8 @@ class RenderJob:
             (str(self.path), spec.to_dict(), a, min(a + chunk, spec.num_episodes))
             for a in range(0, spec.num_episodes, chunk)
         ]
-        workers = workers or max(1, (os.cpu_count() or 2) - 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+        workers = workers or max(1, cores - 1)  # the cores this process may use, one left for training
         self._pool = mp.get_context("fork").Pool(workers)
         self._results = [self._pool.apply_async(_render_chunk, (c,)) for c in chunks]
 
