@@ -91,6 +91,8 @@ def export(
         "actions": list(ACTION_NAMES),
         "action_names": list(ACTION_NAMES),
         "prompt": world.prompt.config.to_dict(),
+        "world": "road",  # the renderer it was trained on (training/evaluate.py renders the truth with it)
+        "scenes": list(spec.scenes),
         "fps": FPS,
         "height": spec.height,
         "width": spec.width,

@@ -1,0 +1,123 @@
+"""The v2 evaluation measures what it says: proxy VDE against closed forms, and a random model fails the bar.
+
+The model tests run a tiny random transformer (with the shipped autoencoder) on the v2 world at 32×32,
+so they take seconds; the real bundle is measured by `python -m training.evaluate` (docs/world_model.md).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from inferix_core.models.bundled import BundledWorldModel, load_bundled
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
+from inferix_core.models.wan.config import WanConfig
+from inferix_core.world import SCENES, latent_to_pixel_actions, random_actions, render_episode
+from training.evaluate import (
+    BAR,
+    EvalSettings,
+    brightness_frames,
+    evaluate,
+    proxy_scores,
+    proxy_vde,
+    rollout,
+    steering,
+    world_of,
+)
+
+
+def _luma(frames: np.ndarray) -> np.ndarray:
+    f = frames.astype(np.float64)
+    return 0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2]
+
+
+def _vde_closed(m: list[float]) -> float:
+    n = len(m)
+    return sum((n - i + 1) * abs(m[i - 1] - m[0]) / m[0] for i in range(2, n + 1))
+
+
+def test_proxy_vde_of_the_renderer_is_the_closed_form() -> None:
+    acts = latent_to_pixel_actions(random_actions(np.random.default_rng(3), 11))  # 41 frames, 10 chunks of 4
+    frames = render_episode(4, acts, 48, 48, scene=SCENES[0])
+    scores = proxy_scores(frames)
+    g = _luma(frames)
+    lap = g[:, :-2, 1:-1] + g[:, 2:, 1:-1] + g[:, 1:-1, :-2] + g[:, 1:-1, 2:] - 4 * g[:, 1:-1, 1:-1]
+    chunks = [slice(4 * i, 4 * i + 4) for i in range(10)]
+    clarity = [lap[c].reshape(4, -1).var(1).mean() for c in chunks]
+    bright = [g[c].mean() for c in chunks]
+    np.testing.assert_allclose(scores["clarity"], clarity, rtol=1e-5)
+    np.testing.assert_allclose(scores["brightness"], bright, rtol=1e-9)
+    v = proxy_vde(frames, frames)
+    assert v["clarity"]["vde_truth"] == pytest.approx(_vde_closed(clarity), rel=1e-5)
+    assert v["brightness"]["vde_truth"] == pytest.approx(_vde_closed(bright), rel=1e-9)
+    for name in ("clarity", "brightness", "background"):
+        assert v[name]["vde_generated"] == v[name]["vde_truth"] > 0 and v[name]["ratio"] == 1.0
+
+
+def test_brightness_and_background_vde_of_a_brightness_ramp() -> None:
+    """Chunk i is one flat grey m₁(1 + a(i − 1)): brightness VDE = a·Σ (N − i + 1)(i − 1); background VDE = 0."""
+    m1, a, n = 60.0, 0.05, 10
+    frames = np.concatenate([np.full((3, 8, 8, 3), round(m1 * (1 + a * i)), np.uint8) for i in range(n)])
+    levels = [round(m1 * (1 + a * i)) for i in range(n)]
+    np.testing.assert_allclose(brightness_frames(frames), np.repeat(levels, 3))
+    v = proxy_vde(frames, frames[::-1].copy())
+    assert v["brightness"]["vde_generated"] == pytest.approx(_vde_closed(levels), rel=1e-12)
+    assert v["background"]["vde_generated"] == 0.0  # every chunk is one frame repeated: consistency 1
+
+
+def _tiny_random_v2_bundle(size: int = 32) -> BundledWorldModel:
+    """A random 1-layer transformer, the shipped autoencoder, and a v2 config at `size`²."""
+    shipped = load_bundled(random_transformer=True)
+    torch.manual_seed(0)
+    wcfg = WanConfig(dim=32, ffn_dim=64, freq_dim=32, text_dim=32, text_len=4, num_heads=2, num_layers=1, action_dim=5)
+    config = copy.deepcopy(shipped.config)
+    lat = size // 8
+    config.update(world="road", height=size, width=size, latent_height=lat, latent_width=lat)
+    return BundledWorldModel(CausalWanTransformer(wcfg).eval(), shipped.vae, torch.randn(1, 4, 32), config)
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle() -> BundledWorldModel:
+    return _tiny_random_v2_bundle()
+
+
+def test_rollout_follows_the_bundle_world_and_context(tiny_bundle: BundledWorldModel) -> None:
+    assert world_of(tiny_bundle).name == "road" and world_of(tiny_bundle).height == 32
+    assert world_of(load_bundled(random_transformer=True)).name == "road_v1"  # the shipped v1 files
+    lat = np.array([0, 1, 3, 0, 2, 4])
+    with torch.inference_mode():
+        a, _ = rollout(tiny_bundle, 5, lat, scene=SCENES[1])
+        b, _ = rollout(tiny_bundle, 5, lat, scene=SCENES[1])
+        c, _ = rollout(tiny_bundle, 5, lat, scene=SCENES[1], context=torch.randn(1, 4, 32))
+    assert a.shape == (1 + 4 * 5, 32, 32, 3)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a[9:], c[9:])  # the context conditions the generated frames
+
+
+@pytest.mark.slow  # ~10 s on a quiet 2-core machine, 35 s on a busy one
+def test_a_random_model_fails_the_palette_and_fidelity_bar(tiny_bundle: BundledWorldModel, tmp_path) -> None:
+    """Mutation-style: the bar must reject a random transformer, while the renderer's own frames pass it."""
+    settings = EvalSettings(fidelity_episodes=1, steer_cases=2, minutes=0.04, speed_seconds=1.0, scenes=SCENES)
+    sheet = tmp_path / "sheet.png"
+    res = evaluate(tiny_bundle, settings, only=("fidelity", "long"), contact_sheet_path=sheet, log=lambda _: None)
+    assert Image.open(sheet).size[1] == 14 + 2 * len(SCENES) * (32 + 2)  # a model row and a truth row per scene
+    assert res["fidelity"]["psnr_mean"] < BAR["psnr_db"] and res["fidelity"]["ssim_mean"] < BAR["ssim"]
+    scenes = res["long"]["scenes"]
+    assert set(scenes) == set(SCENES)
+    assert all(r["palette_truth"]["agreement"] == 1.0 for r in scenes.values())  # the classifier on the truth
+    assert not all(r["palette"]["agreement"] >= BAR["palette_agreement"] for r in scenes.values())
+    failed = {row["measure"] for row in res["verdict"] if not row["pass"]}
+    assert "PSNR first 2 s (dB)" in failed and any("palette" in m for m in failed)
+
+
+def test_steering_cases_have_a_clear_true_direction(tiny_bundle: BundledWorldModel) -> None:
+    with torch.inference_mode():
+        res = steering(tiny_bundle, cases=3)
+    assert res["total"] == 3 and 0 <= res["agree"] <= 3
+    for c in res["cases"]:
+        assert 2 <= abs(c["true_shift"]) < res["max_shift_px"]
+        assert np.sign(c["true_shift"]) == (1 if c["steer"] == "left" else -1)  # the renderer's own direction
