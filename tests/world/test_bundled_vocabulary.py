@@ -132,3 +132,7 @@ def test_session_prompt_switch_mid_stream_and_a_bad_prompt_keeps_the_stream(v2_w
 def test_live_page_shows_the_vocabulary_as_the_prompt_placeholder(vocab):
     page = LiveView(takes_prompt=True, prompt_hint=f"Name a scene ({vocab.hint()})").page()
     assert "sunset: orange, sunset, dusk" in page and "CONFIG.prompt_hint" in page
+
+
+def test_describe_names_the_vocabulary(v2_world):
+    assert "text encoder: vocabulary (day: sunny, day; sunset: orange, sunset, dusk" in v2_world.describe()
