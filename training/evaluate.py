@@ -261,20 +261,25 @@ def speed(bundle: BundledWorldModel, seconds: float = 10.0) -> dict:
         actions=bundle.one_hot(lat).to(dev),
     )
     decoder, t_model, t_dec, frames = bundle.vae.stream_decoder(), 0.0, 0.0, 0
+    first_frames, first_done = 0, t0  # the first block carries start-up costs; steady state is the rest
     for out in pipe.stream(req):
         t_model += out.seconds
         t1 = time.perf_counter()
         frames += decoder.decode(out.latents.permute(0, 2, 1, 3, 4)).shape[2]
         sync()
         t_dec += time.perf_counter() - t1
+        if not first_frames:
+            first_frames, first_done = frames, time.perf_counter()
     total = time.perf_counter() - t0
+    steady = total - (first_done - t0)
     return {
         "frames": frames,
         "video_seconds": frames / fps,
         "total_s": round(total, 3),
         "transformer_s": round(t_model, 3),
         "decode_s": round(t_dec, 3),
-        "fps": frames / total,
+        "fps": frames / total,  # the bar: from scratch, start-up included
+        "fps_after_first_block": (frames - first_frames) / steady if steady > 0 else float("nan"),
         "real_time_factor": frames / fps / total,
         "threads": torch.get_num_threads(),
         "device": str(dev),
@@ -407,7 +412,8 @@ def verdict(results: dict) -> list[dict]:
 
     if "speed" in results:
         s = results["speed"]
-        row(f"generation fps ({s['device']}, {s['threads']} threads)", s["fps"], "≥ 16", s["fps"] >= BAR["speed_fps"])
+        name = f"generation fps incl. decode ({s['device']}, {s['threads']} threads; after block 1: {s['fps_after_first_block']:.1f})"
+        row(name, s["fps"], "≥ 16", s["fps"] >= BAR["speed_fps"])
     if "fidelity" in results:
         f = results["fidelity"]
         row("PSNR first 2 s (dB)", f["psnr_mean"], "≥ 27.2", f["psnr_mean"] >= BAR["psnr_db"])

@@ -199,7 +199,8 @@ class RoadWorld:
         self._mnt_amp = rng.uniform(0.3, 1.0, size=6) / k
         self._mnt_phase = rng.uniform(0, 2 * np.pi, size=6)
         self._mnt_k = k
-        # Traffic over the stretch a 5-minute drive at full speed can reach (cars behind the start too).
+        # Traffic over the stretch a 5.5-minute drive at full speed can reach (8 minutes at cruise speed);
+        # longer episodes drive on an empty road after that. A few cars start behind the car too.
         span = sp.max_speed * 330.0
         n = int(span / sp.traffic_spacing)
         start = self.state.position - 100.0 + np.sort(rng.uniform(0, span, size=n))

@@ -12,10 +12,10 @@ import torch
 
 from inferix_core.assets import bundled_model_paths
 from inferix_core.models.bundled import load_bundled
-from inferix_core.world import latent_to_pixel_actions, render_episode
+from inferix_core.world import latent_to_pixel_actions
 from inferix_core.world.compare import psnr
 from training.data import episode_actions, episode_seed
-from training.evaluate import EVAL_SEED, rollout
+from training.evaluate import EVAL_SEED, rollout, world_of
 
 PSNR_THRESHOLD_DB = 22.0  # trained: ~27 dB over these frames; random transformer: far below
 
@@ -24,9 +24,10 @@ def _mean_psnr(random_transformer: bool) -> float:
     torch.manual_seed(0)
     bundle = load_bundled(random_transformer=random_transformer)
     lat = episode_actions(EVAL_SEED, 0, 9)  # 1 true block + 2 generated blocks = 33 frames
-    truth = render_episode(episode_seed(EVAL_SEED, 0), latent_to_pixel_actions(lat))
+    world = world_of(bundle)  # the renderer these weights were trained on (road_v1 for v1 files), at their size
+    truth = world.render(episode_seed(EVAL_SEED, 0), latent_to_pixel_actions(lat), world.scene(0))
     with torch.inference_mode():
-        gen, _ = rollout(bundle, episode_seed(EVAL_SEED, 0), lat, noise_seed=0)
+        gen, _ = rollout(bundle, episode_seed(EVAL_SEED, 0), lat, noise_seed=0, scene=world.scene(0))
     assert gen.shape == truth.shape
     return float(np.mean(psnr(gen[9:], truth[9:])))
 

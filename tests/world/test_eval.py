@@ -121,3 +121,13 @@ def test_steering_cases_have_a_clear_true_direction(tiny_bundle: BundledWorldMod
     for c in res["cases"]:
         assert 2 <= abs(c["true_shift"]) < res["max_shift_px"]
         assert np.sign(c["true_shift"]) == (1 if c["steer"] == "left" else -1)  # the renderer's own direction
+
+
+@pytest.mark.cuda
+def test_quick_evaluation_runs_on_cuda() -> None:
+    b = _tiny_random_v2_bundle()
+    b = BundledWorldModel(b.transformer.cuda(), b.vae.cuda(), b.context.cuda(), b.config)
+    settings = EvalSettings(fidelity_episodes=1, steer_cases=1, minutes=0.04, speed_seconds=1.0, scenes=SCENES[:1])
+    res = evaluate(b, settings, log=lambda _: None)
+    assert res["speed"]["device"].startswith("cuda") and res["steering"]["total"] == 1
+    assert {row["measure"] for row in res["verdict"]} and np.isfinite(res["fidelity"]["psnr_mean"])
