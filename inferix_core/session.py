@@ -521,8 +521,12 @@ class InteractiveSession:
         self._new_shot, self._shot_caption = False, None
         if self._shots and block > 0 and texts[-1].startswith(SCENE_CUT_PREFIX):  # their _is_shot_boundary
             self._new_shot, self._shot_caption = True, texts[-1][len(SCENE_CUT_PREFIX) :]
-        with self.profiler.stage("text_encode"):
-            context = self._encode(texts[-1])
+        try:
+            with self.profiler.stage("text_encode"):
+                context = self._encode(texts[-1])
+        except ConfigError as exc:  # a typed prompt the model cannot take (a fixed vocabulary): keep streaming
+            log.warning("prompt %r not taken, the stream keeps %r: %s", texts[-1][:60], self.prompt[:60], exc)
+            return time.perf_counter() - t0
         self.prompt = texts[-1]
         if torch.equal(context, self._context):  # e.g. a model without a text encoder: nothing changes
             log.info("the new prompt gives the same conditioning; the cache is kept as it is")

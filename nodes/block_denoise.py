@@ -137,7 +137,9 @@ class InferixBlockDenoise(io.ComfyNode):
                     "prompt",
                     multiline=True,
                     default="a car drives along a winding coastal road",
-                    tooltip="Text prompt. Ignored when a prompt schedule or conditioning is connected.",
+                    tooltip="Text prompt. Ignored when a prompt schedule or conditioning is connected. The bundled "
+                    "model takes a scene word of its vocabulary (day, sunset, night and their synonyms); empty = its "
+                    "default scene.",
                 ),
                 io.Int.Input(
                     "num_blocks",

@@ -119,8 +119,12 @@ DENOISE = {
     "denoising_steps": "1000,750,500,250",
     "seed": 42,
 }
-# the bundled model has no text conditioning (it is steered by actions): its workflows carry no prompt
-BUNDLED_DENOISE = {**DENOISE, "prompt": "", "width": 64, "height": 64}
+# the bundled model is steered by actions; its prompt (v2: a scene word of its vocabulary) stays empty, which
+# means the default scene; its size is the one it was trained at (the shipped config.json)
+_BUNDLED_CONFIG = json.loads(
+    (Path(__file__).resolve().parents[1] / "inferix_core/assets/bundled/config.json").read_text()
+)
+BUNDLED_DENOISE = {**DENOISE, "prompt": "", "width": _BUNDLED_CONFIG["width"], "height": _BUNDLED_CONFIG["height"]}
 STREAM_OUT = {"fps": 16.0, "filename_prefix": "inferix/video", "save_frames": "none", "crf": 18}
 # Block Denoise writes the mp4 while it generates (Stream Settings → its `stream` input); Stream Out shows it
 STREAM = {"filename_prefix": "inferix/video", "fps": 0.0, "crf": 18, "save_frames": "none"}

@@ -17,7 +17,8 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 def bundled_model_paths(directory: str | Path | None = None) -> dict[str, Path]:
     """Paths of the bundled model's files; raises MissingFileError naming what is absent.
 
-    Keys: "transformer" (canonical Wan keys + `bundled_context` (1, text_len, text_dim), float16),
+    Keys: "transformer" (canonical Wan keys, float16, plus the prompt: v2 `bundled_vocabulary` (V, text_dim),
+    the word table of config.json's `prompt` section; v1 `bundled_context` (1, text_len, text_dim)),
     "vae" (TinyCausalAE weights, float16; load with `TinyCausalAE.from_file`, not WanVAE) and
     "config" (config.json: WanConfig, sampling, cache window, action names, fps, sizes, training record).
     """

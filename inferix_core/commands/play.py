@@ -28,6 +28,7 @@ from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
+from ..text.vocabulary import VocabularyPromptEncoder
 from ..world_state import WorldState, read_world_state
 from .lora_option import add_lora_option
 from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args, model_flag_kwargs
@@ -242,9 +243,14 @@ def play(
     keys = dict(key_actions) if key_actions is not None else key_map(world_model.action_names)
     if controls is not None:  # keyboard/mouse models: held keys and mouse-look, no named actions
         keys = {}
-    # a model without a text encoder runs on its default context (the bundled one): no prompt box to mislead
+    # a model without a text encoder runs on its default context (the bundled v1): no prompt box to mislead;
+    # a fixed-vocabulary encoder (the bundled v2) gets the box, with its words as the placeholder
     takes_prompt = controls is None and world_model.text_encoder is not None
-    view = LiveView(host, port, fps=world_model.fps, key_actions=keys, controls=controls, takes_prompt=takes_prompt)
+    hint = None
+    if isinstance(world_model.text_encoder, VocabularyPromptEncoder):
+        hint = f"Name a scene ({world_model.text_encoder.config.hint()}); Ctrl+Enter sends"
+    view = LiveView(host, port, fps=world_model.fps, key_actions=keys, controls=controls, takes_prompt=takes_prompt,
+                    prompt_hint=hint)  # fmt: skip
     sinks: list[Any] = [view]
     mp4 = Mp4Sink(output, fps=world_model.fps) if output is not None else None
     if mp4 is not None:

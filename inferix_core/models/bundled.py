@@ -1,8 +1,12 @@
 """The bundled toy world model (procedural driving world): built from the files in inferix_core/assets/bundled.
 
-`load_bundled()` builds the transformer, the autoencoder, the fixed learned prompt and the settings; the
-registry's "bundled" entry (registry.py) wraps it in a WorldModel. The files themselves and where they
-are belong to `inferix_core.assets`, which is data only.
+`load_bundled()` builds the transformer, the autoencoder, the prompt and the settings; the registry's
+"bundled" entry (registry.py) wraps it in a WorldModel. The files themselves and where they are belong
+to `inferix_core.assets`, which is data only.
+
+Two prompt layouts load: v2 files carry a learned word table `bundled_vocabulary` (V, text_dim) and a
+`prompt` section in config.json, so a prompt names the scene (`VocabularyPromptEncoder`); v1 files carry
+one fixed learned context `bundled_context` (1, text_len, text_dim) and no prompt encoder.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from safetensors.torch import load_file
 
 from ..assets import bundled_model_paths
 from ..cache.spec import KVCacheConfig
+from ..errors import ConfigError
 from ..scheduler import SamplingConfig
+from ..text.vocabulary import VocabularyConfig, VocabularyPromptEncoder
 from ..vae.tiny_ae import TinyAEConfig, TinyCausalAE
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
@@ -31,8 +37,17 @@ class BundledWorldModel:
 
     transformer: CausalWanTransformer
     vae: TinyCausalAE
-    context: torch.Tensor  # (1, text_len, text_dim): the fixed learned prompt
+    context: torch.Tensor  # (1, text_len, text_dim): the default prompt (v1: the only one)
     config: dict  # config.json
+    prompt_encoder: VocabularyPromptEncoder | None = None  # v2: prompt text → context; v1: None
+
+    @property
+    def takes_prompt(self) -> bool:
+        return self.prompt_encoder is not None
+
+    def encode_prompt(self, prompt: str) -> torch.Tensor:
+        """Prompt text → (1, text_len, text_dim); v1 models have one context and ignore the text."""
+        return self.context if self.prompt_encoder is None else self.prompt_encoder.encode([prompt])
 
     @property
     def action_names(self) -> list[str]:
@@ -65,11 +80,25 @@ def load_bundled(
     wcfg = WanConfig.from_dict(config["transformer"])
     transformer = CausalWanTransformer(wcfg)
     sd = {k: v.float() for k, v in load_file(str(paths["transformer"])).items()}
-    context = sd.pop("bundled_context")
-    if random_transformer:
-        torch.manual_seed(0)
-        context = torch.randn_like(context)
+    encoder = None
+    if "bundled_vocabulary" in sd:  # v2: a word table and its vocabulary
+        if "prompt" not in config:
+            raise ConfigError(
+                f"{paths['transformer']} has a prompt table (bundled_vocabulary) but {paths['config']} has no "
+                "'prompt' section; copy config.json from the same training run"
+            )
+        table = sd.pop("bundled_vocabulary")
+        if random_transformer:
+            torch.manual_seed(0)
+            table = torch.randn_like(table)
+        encoder = VocabularyPromptEncoder(VocabularyConfig.from_dict(config["prompt"]), table).requires_grad_(False)
+        context = encoder.encode([""])  # the default scene
     else:
+        context = sd.pop("bundled_context")
+        if random_transformer:
+            torch.manual_seed(0)
+            context = torch.randn_like(context)
+    if not random_transformer:
         transformer.load_state_dict(sd)
     vae = TinyCausalAE.from_file(paths["vae"], TinyAEConfig.from_dict(config["vae"]["config"]))
     logger.info(
@@ -77,7 +106,10 @@ def load_bundled(
         paths["config"].parent,
         "random transformer" if random_transformer else "trained",
     )
-    return BundledWorldModel(transformer.to(device).eval(), vae.to(device).eval(), context.to(device), config)
+    if encoder is not None:
+        encoder = encoder.to(device)
+        context = encoder.encode([""])
+    return BundledWorldModel(transformer.to(device).eval(), vae.to(device).eval(), context.to(device), config, encoder)
 
 
 __all__ = ["BundledWorldModel", "load_bundled"]

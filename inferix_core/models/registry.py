@@ -220,6 +220,14 @@ class WorldModel:
     def temporal_compression(self) -> int:
         return getattr(getattr(self.vae, "config", None), "temporal_compression", 4)
 
+    def _text_encoder_label(self) -> str:
+        vocabulary = getattr(self.text_encoder, "config", None)
+        if hasattr(vocabulary, "hint"):  # the bundled v2 model's fixed vocabulary: name its scenes' words
+            return f"vocabulary ({vocabulary.hint()})"
+        if self.text_encoder is not None:
+            return "yes"
+        return "none (fixed context)" if self.default_context is not None else "none"
+
     def describe(self) -> str:
         c = self.config
         lines = [
@@ -243,8 +251,7 @@ class WorldModel:
                 else ""
             ),
             f"cache default: window {self.default_cache.window_frames}, sink {self.default_cache.sink_frames}",
-            f"vae: {'yes' if self.vae is not None else 'none'}; text encoder: "
-            f"{'yes' if self.text_encoder is not None else 'none (fixed context)' if self.default_context is not None else 'none'}",
+            f"vae: {'yes' if self.vae is not None else 'none'}; text encoder: {self._text_encoder_label()}",
         ]
         fp8 = count_fp8_linears(self.transformer, weight_only=False)
         stored = count_fp8_linears(self.transformer, weight_only=True)
@@ -694,6 +701,8 @@ def _load_bundled(
         b.cache_config(),
         transformer,
         vae,
+        # v2: the prompt names a scene through the model's vocabulary; v1 (None): one fixed learned context
+        text_encoder=b.prompt_encoder.to(device, dtype) if b.prompt_encoder is not None else None,
         default_context=b.context.to(device, dtype),
         action_names=tuple(b.action_names),
         fps=int(b.config.get("fps", 16)),

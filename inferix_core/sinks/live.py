@@ -377,6 +377,7 @@ class LiveView(FrameSink):
         buffer_frames: int = 64,
         controls: ControlSpec | None = None,
         takes_prompt: bool = True,
+        prompt_hint: str | None = None,
     ):
         if fps <= 0 or not 1 <= jpeg_quality <= 100 or buffer_frames < 1:
             raise ConfigError(
@@ -387,6 +388,7 @@ class LiveView(FrameSink):
         self.key_actions = dict(DEFAULT_KEY_ACTIONS if key_actions is None else key_actions)
         self.controls = controls
         self.takes_prompt = takes_prompt  # False: the model has no text conditioning, the page shows no prompt box
+        self.prompt_hint = prompt_hint  # the prompt box's placeholder (a fixed-vocabulary model lists its words)
         self.inputs = InputQueue(set(self.key_actions.values()), controls=controls)
         self.hub = _Broadcast(buffer_frames, jpeg_quality)
         self.stopping = threading.Event()
@@ -446,7 +448,13 @@ class LiveView(FrameSink):
             template = resources.files("inferix_core.sinks").joinpath("live.html").read_text(encoding="utf-8")
             controls = None if self.controls is None else self.controls.page_config()
             config = json.dumps(
-                {"key_actions": self.key_actions, "fps": self.fps, "controls": controls, "prompt": self.takes_prompt}
+                {
+                    "key_actions": self.key_actions,
+                    "fps": self.fps,
+                    "controls": controls,
+                    "prompt": self.takes_prompt,
+                    "prompt_hint": self.prompt_hint,
+                }
             )
             self._page = template.replace("/*INFERIX_CONFIG*/{}", config)
         return self._page
