@@ -27,7 +27,9 @@ GiB = 2**30
 
 def run(vae: WanVAE, z: torch.Tensor, slicing, blocks: int) -> dict:
     decoder = vae.stream_decoder(
-        latent_frames_per_step=slicing.latent_frames_per_step, release_previous_state=slicing.release_previous_state
+        latent_frames_per_step=slicing.latent_frames_per_step,
+        release_previous_state=slicing.release_previous_state,
+        row_bands=slicing.row_bands,
     )
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
