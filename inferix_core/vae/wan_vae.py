@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ..errors import CheckpointLayoutError, ShapeMismatchError
+from ..errors import CheckpointLayoutError, ConfigError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
 from .config import VAEDecodeOptions, WanVAEConfig, is_wan22_state_dict
 from .layers import (
@@ -304,8 +304,11 @@ class WanVAE(nn.Module):
             self.prepare_decode(opts)
             x = x.contiguous(memory_format=torch.channels_last_3d)
         step = latent_frames_per_step or x.shape[2]
+        bands = () if row_bands == 1 else (row_bands,)
+        if bands and not hasattr(self.decoder, "band_from"):
+            raise ConfigError(f"row_bands={row_bands}: {type(self).__name__}'s decoder has no row-band decode; use 1")
         with _cudnn_benchmark(opts is not None and opts.cudnn_benchmark):
-            outs = [self.decoder(x[:, :, i : i + step], cache, opts, row_bands) for i in range(0, x.shape[2], step)]
+            outs = [self.decoder(x[:, :, i : i + step], cache, opts, *bands) for i in range(0, x.shape[2], step)]
         if len(outs) == 1:
             return outs[0], cache
         return torch.cat(outs, dim=2) if outs else x.new_zeros(x.shape[0], 3, 0, 1, 1), cache
