@@ -75,9 +75,12 @@ def bench_args(preset: str, card: float | None, flags: list[str], args: argparse
 def run_one(cmd: list[str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        proc = subprocess.run(
-            [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
-        )
+        try:
+            proc = subprocess.run(
+                [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s (--timeout)"}
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             return {"error": " | ".join(tail)}

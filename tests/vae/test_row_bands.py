@@ -145,3 +145,15 @@ def test_released_bands_update_owned_entries_in_place_and_never_a_fork(vae64):
 def _stream_part(vae: WanVAE, z: torch.Tensor) -> torch.Tensor:
     dec = vae.stream_decoder()
     return torch.cat([dec.decode(z[:, :, :1]), dec.decode(z[:, :, 1:3])], dim=2)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("options", ["reference", "fast"])
+def test_row_bands_on_cuda_equal_the_whole_frame_decode(options):
+    """cuDNN's convs on band-sized inputs (float64: exact to rounding) and the in-place write-back on the GPU."""
+    vae = _vae(torch.float64).cuda()
+    opts = None if options == "reference" else VAEDecodeOptions.fast()
+    z = _latents(torch.float64).cuda()
+    whole = _stream(vae, z, options=opts)
+    banded = _stream(vae, z, options=opts, row_bands=3, latent_frames_per_step=1, release_previous_state=True)
+    assert (banded - whole).abs().max().item() <= 1e-10
