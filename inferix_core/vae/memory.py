@@ -47,7 +47,7 @@ class DecodeSlicing:
 
 # Fastest first; the planner takes the first whose working set fits. Releasing the previous state costs
 # nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md); row
-# bands recompute their halos (at 480×832, 2 / 4 / 8 bands: 1.17 / 1.33 / 1.67 × the rows of the banded stages).
+# bands recompute their halos (at 480×832, 2 / 4 / 8 bands: 1.08 / 1.25 / 1.58 × the rows of the banded stages).
 ROW_BANDS: tuple[int, ...] = (2, 4, 8)
 DECODE_SLICINGS: tuple[DecodeSlicing, ...] = (
     DecodeSlicing(),
