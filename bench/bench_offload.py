@@ -11,8 +11,13 @@ and reports the measured peak beside the planned total. Prints a table and write
 A case is PRESET:CARD_GB[:FLAGS], FLAGS joined by '+': fp8w (fp8 weight storage), fp8 (fp8 GEMMs),
 vae (stream-decode with the Wan VAE), vaefast (its `VAEDecodeOptions.fast()`, the loader's default on CUDA),
 compile, window=N (KV window, latent frames), sink=N. A capped run with the Wan VAE also lets the planner
-choose how the VAE decodes (whole blocks, or one latent frame per call with the previous state released:
-the same frames); the table names it.
+choose how the VAE decodes (whole blocks, one latent frame per call with the previous state released, then
+that in 2 / 4 / 8 row bands: the same frames); the table names it. "planned GiB" is the plan's tensors (what
+the allocated peak is compared with); the cap is the card less the plan's non-PyTorch term (CUDA context and
+library workspaces, outside PyTorch's allocator: `cache.planner.planned_non_torch_bytes`), whose planned and
+measured (after the run: total − free − reserved) sizes the last column shows.
+
+    PYTHONPATH=. python bench/bench_offload.py --repeats 2 --case wan-1.3b:8:window=12+sink=3+vae+vaefast
 """
 
 from __future__ import annotations
@@ -70,13 +75,21 @@ def bench_args(preset: str, card: float | None, flags: list[str], args: argparse
 def run_one(cmd: list[str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        proc = subprocess.run(
-            [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
-        )
+        try:
+            proc = subprocess.run(
+                [*cmd, "--json", str(out)], capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s (--timeout)"}
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             return {"error": " | ".join(tail)}
         return json.loads(out.read_text())
+
+
+def _non_torch(r: dict) -> str:
+    measured = r.get("measured_non_torch_gib")
+    return f"{r.get('planned_non_torch_gib', 0):.2f} / " + ("-" if measured is None else f"{measured:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             if r is None:
                 continue
             if "error" in r:
-                rows.append((case, label, "-", "-", "-", "-", "-", "-", r["error"][:90]))
+                rows.append((case, label, "-", "-", "-", "-", "-", "-", "-", r["error"][:90]))
                 continue
             blocks = r.get("resident_blocks")
             rows.append(
@@ -113,10 +126,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['planned_gib']:.2f}",
                     "all" if blocks is None else str(blocks),
                     r.get("decode_slicing") or "-",
+                    _non_torch(r),
                     "",
                 )
             )
-    header = ("case", "run", "FPS", "first block s", "peak GiB", "planned GiB", "resident blocks", "VAE decode", "note")
+    header = (
+        "case", "run", "FPS", "first block s", "peak GiB", "planned GiB", "resident blocks", "VAE decode",
+        "non-PyTorch GiB planned / measured", "note",
+    )  # fmt: skip
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     for row in (header, *rows):
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))

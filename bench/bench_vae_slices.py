@@ -2,12 +2,12 @@
 
 Random dim-96 weights, bf16, 480×832, 7 blocks of 3 latent frames, for the reference path and
 `VAEDecodeOptions.fast()` and every `vae.memory.DECODE_SLICINGS` entry (whole blocks; the previous
-state released; one latent frame per call): the median of the 6 later blocks (CUDA events) and the
+state released; one latent frame per call; that in 2 / 4 / 8 row bands): the median of the 6 later blocks (CUDA events) and the
 decode's working set (peak allocated above what was allocated before the session, so the state it
 keeps included), beside `VAEMemory.for_vae(...).decode(3, slicing).working_set_bytes`. The whole-block
 run of each option set is repeated last, so autotuning in the first run biases nothing. Table + JSON.
 
-    PYTHONPATH=. python3 bench/bench_vae_slices.py [--json vae_slices.json]
+    PYTHONPATH=. python3 bench/bench_vae_slices.py [--json vae_slices.json] [--blocks 3]
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ GiB = 2**30
 
 def run(vae: WanVAE, z: torch.Tensor, slicing, blocks: int) -> dict:
     decoder = vae.stream_decoder(
-        latent_frames_per_step=slicing.latent_frames_per_step, release_previous_state=slicing.release_previous_state
+        latent_frames_per_step=slicing.latent_frames_per_step,
+        release_previous_state=slicing.release_previous_state,
+        row_bands=slicing.row_bands,
     )
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

@@ -32,7 +32,9 @@ def count_decode(
     """Most bytes alive during the last of `blocks` streamed blocks (the state kept from the block before
     included: the decoder's working set) and the state kept after it."""
     decoder = vae.stream_decoder(
-        latent_frames_per_step=slicing.latent_frames_per_step, release_previous_state=slicing.release_previous_state
+        latent_frames_per_step=slicing.latent_frames_per_step,
+        release_previous_state=slicing.release_previous_state,
+        row_bands=slicing.row_bands,
     )
     z = torch.randn(1, vae.config.z_dim, block_frames, latent_h, latent_w, device=device, dtype=vae.dtype)
     with LiveBytes() as live:

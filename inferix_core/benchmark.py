@@ -263,6 +263,22 @@ def bench_vae_memory(cfg: BenchConfig):
     )  # fmt: skip
 
 
+_NON_TORCH: dict[tuple[str, float], int] = {}
+
+
+def bench_non_torch_bytes(cfg: BenchConfig) -> int:
+    """The plan's CUDA context + library workspaces term for the emulated card (0 without one or on the CPU),
+    measured once per process so every plan of the run uses the same number."""
+    if cfg.gpu_memory_gb is None:
+        return 0
+    key = (str(cfg.device), cfg.gpu_memory_gb)
+    if key not in _NON_TORCH:
+        from .cache.planner import planned_non_torch_bytes
+
+        _NON_TORCH[key] = planned_non_torch_bytes(cfg.device, int(cfg.gpu_memory_gb * 2**30))
+    return _NON_TORCH[key]
+
+
 def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None, decode_slicing=None):
     """The memory planner's estimate for this benchmark's run (what `planned_gib` reports)."""
     from .cache import plan_memory
@@ -282,6 +298,7 @@ def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: i
         vae_memory=bench_vae_memory(cfg),
         decode_slicing=decode_slicing,
         decode_overlaps=cfg.overlap_decode,
+        non_torch_bytes=bench_non_torch_bytes(cfg),
     )
 
 
@@ -291,8 +308,12 @@ def planned_decode_slicing(cfg: BenchConfig, cache: KVCacheConfig, resident_bloc
     vae = bench_vae_memory(cfg)
     if cfg.gpu_memory_gb is None or vae is None:
         return None
+    from .cache.planner import allocator_headroom_bytes
+
+    budget = int(cfg.gpu_memory_gb * 2**30)
+    usable = budget - allocator_headroom_bytes(budget)  # as plan_resident_blocks chose with
     for slicing in vae.slicings:
-        if bench_memory_plan(cfg, cache, resident_blocks, slicing).total_bytes <= cfg.gpu_memory_gb * 2**30:
+        if bench_memory_plan(cfg, cache, resident_blocks, slicing).total_bytes <= usable:
             break
     return slicing
 
@@ -308,7 +329,7 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
         preset["config"], int(cfg.gpu_memory_gb * 2**30), preset["latent_height"], preset["latent_width"], cache,
         dtype=DTYPES[cfg.dtype], block_frames=cfg.block_frames, max_frames=cfg.latent_frames,
         vae_bytes=None if cfg.vae_decode else 0, fp8_block_weights=cfg.fp8 or cfg.fp8_weights,
-        vae_memory=bench_vae_memory(cfg), decode_overlaps=cfg.overlap_decode,
+        vae_memory=bench_vae_memory(cfg), decode_overlaps=cfg.overlap_decode, non_torch_bytes=bench_non_torch_bytes(cfg),
     )  # fmt: skip
     return resident
 
@@ -350,14 +371,16 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     if slicing is not None:  # the Wan 2.1 VAE decodes as planned for the card
         vae.stream_slicing = slicing
     plan = bench_memory_plan(cfg, pipe.cache_config, resident, slicing)
-    planned = plan.total_bytes
+    planned = plan.torch_bytes  # the tensors: what the allocated peak is compared with
     if vae is not None and plan.decode is not None and bench_vae_memory(cfg) is not None:
         slicing = plan.decode.slicing
     if cfg.gpu_memory_gb is not None and cuda:  # the emulated card: the allocator refuses past this
         torch.cuda.empty_cache()
         total_memory = torch.cuda.get_device_properties(device).total_memory
         index = device.index if device.index is not None else torch.cuda.current_device()
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cfg.gpu_memory_gb * 2**30 / total_memory), index)
+        # the cap is on PyTorch's allocator; a real card also holds the context and workspaces (planned apart)
+        tensors = cfg.gpu_memory_gb * 2**30 - plan.non_torch_bytes
+        torch.cuda.set_per_process_memory_fraction(min(1.0, tensors / total_memory), index)
     runs = []
     for r in range(cfg.warmup + cfg.repeats):
         if cuda:
@@ -426,6 +449,9 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "peak_gib": max(r["peak_bytes"] for r in runs) / 2**30 if cuda else None,
         "peak_reserved_gib": max(r["peak_reserved_bytes"] for r in runs) / 2**30 if cuda else None,
         "planned_gib": planned / 2**30,
+        "planned_non_torch_gib": plan.non_torch_bytes / 2**30,
+        # after the run: the CUDA context, cuBLAS/cuDNN workspaces (and any other process on the device)
+        "measured_non_torch_gib": _measured_non_torch(device) / 2**30 if cuda else None,
         "decode_slicing": None if slicing is None else slicing.describe(cfg.block_frames),
         "resident_blocks": resident,
         "cuda_graphs": graphs,
@@ -433,6 +459,12 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
         "vae_options": repr(getattr(vae, "decode_options", None)) if vae is not None else None,
         "runs": runs,
     }
+
+
+def _measured_non_torch(device: torch.device) -> int:
+    from .cache.planner import measured_non_torch_bytes
+
+    return measured_non_torch_bytes(device)
 
 
 def _effective_attention(name: str) -> str:
@@ -482,6 +514,11 @@ def format_table(result: dict) -> str:
             else f"{result['peak_gib']:.2f} ({result['peak_reserved_gib']:.2f} reserved)",
         ),
         ("planned (GiB)", f"{result['planned_gib']:.2f}" if "planned_gib" in result else "-"),
+        (
+            "non-PyTorch GiB (planned / measured)",
+            f"{result.get('planned_non_torch_gib', 0):.2f} / "
+            + ("-" if result.get("measured_non_torch_gib") is None else f"{result['measured_non_torch_gib']:.2f}"),
+        ),
         (
             "block swap",
             "off"

@@ -201,6 +201,7 @@ class MemoryPlan:
     decode: DecodeMemory | None = None  # the Wan 2.1 VAE decode as planned: state, transient, the slicing chosen
     block_frames: int = 3
     decode_overlaps: bool = False
+    non_torch_bytes: int = 0  # CUDA context + cuBLAS/cuDNN workspaces: on the card, outside PyTorch's allocator
 
     @property
     def feasible(self) -> bool:
@@ -219,12 +220,18 @@ class MemoryPlan:
 
     @property
     def fixed_bytes(self) -> int:
-        """Everything but the KV cache."""
-        return self.weights_bytes + self.vae_kept_bytes + self.transient_bytes
+        """Everything but the KV cache (the non-PyTorch memory included)."""
+        return self.weights_bytes + self.vae_kept_bytes + self.transient_bytes + self.non_torch_bytes
 
     @property
     def total_bytes(self) -> int:
+        """What the card must hold: PyTorch's tensors and the non-PyTorch memory."""
         return self.fixed_bytes + (self.chosen_cache or self.requested_cache).device_bytes
+
+    @property
+    def torch_bytes(self) -> int:
+        """The tensors alone: what `torch.cuda.max_memory_allocated` is compared with."""
+        return self.total_bytes - self.non_torch_bytes
 
     def check(self) -> KVCacheConfig:
         """The configuration to run with; raises CacheBudgetError when nothing fits (device or host memory)."""
@@ -249,6 +256,8 @@ class MemoryPlan:
         rows.append((f"KV cache as requested ({self.requested_cache.kind})", self.requested_cache.device_bytes))
         if self.chosen_cache is not None and self.chosen != self.requested:
             rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
+        if self.non_torch_bytes:
+            rows.append(("CUDA context + library workspaces", self.non_torch_bytes))
         lines = ["Memory plan"] + [f"  {name:<40} {_format_bytes(n):>10}" for name, n in rows]
         overlap = (
             "activations + decode (overlapped)" if self.decode_overlaps else "the larger of activations and decode"
@@ -303,6 +312,8 @@ class MemoryPlan:
             "offload": None if self.offload is None else self.offload.to_dict(),
             "budget_source": self.budget_source,
             "host": None if self.host is None else dataclasses.asdict(self.host),
+            "non_torch_bytes": self.non_torch_bytes,
+            "torch_bytes": self.torch_bytes,
         }
 
 
@@ -323,6 +334,7 @@ def plan_memory(
     vae_memory: VAEMemory | None = None,
     decode_slicing: DecodeSlicing | None = None,
     decode_overlaps: bool = False,
+    non_torch_bytes: int = 0,
 ) -> MemoryPlan:
     """Plan GPU memory for a run; see the module docstring.
 
@@ -344,6 +356,8 @@ def plan_memory(
         decode_slicing: how blocks are decoded; None = with a budget, the fastest slicing that leaves the
             requested cache room (`vae.memory.DECODE_SLICINGS`), else the VAE's own.
         decode_overlaps: the decode runs beside the next block's denoising (`OverlappedDecoder`).
+        non_torch_bytes: device memory outside PyTorch's allocator that the budget must also hold (the CUDA
+            context, cuBLAS/cuDNN workspaces; `planned_non_torch_bytes()`); 0 on the CPU.
     """
     cfg = model_config
     elem = _elem(dtype)
@@ -356,6 +370,7 @@ def plan_memory(
     plan = MemoryPlan(
         budget_bytes, weights, acts, 0, cache_config, requested_cost, cache_config, requested_cost, "",
         vae_weights_bytes=vae.weights_bytes, block_frames=block_frames, decode_overlaps=decode_overlaps,
+        non_torch_bytes=non_torch_bytes,
     )  # fmt: skip
     if vae.fixed_bytes is not None:  # a decoder of its own estimate: kept for the whole run, nothing to choose
         plan.vae_bytes = vae.fixed_bytes
@@ -527,6 +542,33 @@ def allocator_headroom_bytes(budget_bytes: int) -> int:
     return min(int(budget_bytes * ALLOCATOR_HEADROOM_FRACTION), ALLOCATOR_HEADROOM_MAX_BYTES)
 
 
+NON_TORCH_DEFAULT_BYTES = 768 * 2**20
+"""Device memory outside PyTorch's allocator on a card the user names by its size (`gpu_memory`): the CUDA
+context with the kernels loaded, cuBLAS's and cuDNN's workspaces. The H200 showed 0.73 GiB of it in the
+1.3B + Wan VAE run's out-of-memory report (docs/performance.md); 0.75 GiB is that, rounded up."""
+
+
+def measured_non_torch_bytes(device: torch.device | str) -> int:
+    """Device memory in use now that PyTorch's allocator does not hold: total − free − reserved on CUDA (the
+    CUDA context, library workspaces, other processes); 0 elsewhere. Creates the CUDA context if none exists."""
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return 0
+    free, total = torch.cuda.mem_get_info(dev)
+    return max(0, int(total - free - torch.cuda.memory_reserved(dev)))
+
+
+def planned_non_torch_bytes(device: torch.device | str, card_bytes: int | None = None) -> int:
+    """The `non_torch_bytes` term of a plan for `device`: 0 on the CPU; on CUDA what is measured now, and
+    at least `NON_TORCH_DEFAULT_BYTES` when planning for a card size given by the user (`card_bytes`; the
+    workspaces are allocated on first use, after planning, so a measurement before the run misses them)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0
+    measured = measured_non_torch_bytes(dev)
+    return max(measured, NON_TORCH_DEFAULT_BYTES) if card_bytes is not None else measured
+
+
 def plan_resident_blocks(
     model_config,
     budget_bytes: int,
@@ -541,6 +583,7 @@ def plan_resident_blocks(
     fp8_block_weights: bool = False,
     vae_memory: VAEMemory | None = None,
     decode_overlaps: bool = False,
+    non_torch_bytes: int = 0,
 ) -> tuple[int, MemoryPlan]:
     """The most transformer blocks that can stay on the device (block swap streams the rest) within budget.
 
@@ -549,7 +592,8 @@ def plan_resident_blocks(
     is made smaller first (`vae.memory.DECODE_SLICINGS`: exact, and cheaper than streaming blocks), so
     the plan names the decode slicing too. Returns (resident_blocks, the plan with them). Raises
     CacheBudgetError naming the cheapest fix when even zero resident blocks (two staging slots) with
-    the smallest decode do not fit. The plan must fit the budget less `allocator_headroom_bytes`.
+    the smallest decode do not fit. The plan, `non_torch_bytes` (the CUDA context and library workspaces,
+    `planned_non_torch_bytes()`) included, must fit the budget less `allocator_headroom_bytes`.
     """
     usable = budget_bytes - allocator_headroom_bytes(budget_bytes)
     num_layers = model_config.num_layers
@@ -561,6 +605,7 @@ def plan_resident_blocks(
                 model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
                 max_frames=max_frames, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
                 vae_memory=vae, decode_slicing=slicing, decode_overlaps=decode_overlaps,
+                non_torch_bytes=non_torch_bytes,
             )  # fmt: skip
             if plan.total_bytes + other_bytes <= usable:
                 if resident < num_layers:
@@ -584,9 +629,12 @@ def plan_resident_blocks(
         fixes.append(f"a shorter KV window or quantization='int8' (the cache takes {_format_bytes(cache)})")
     if not fp8_block_weights:
         fixes.append("fp8_weights=True")
+    context = (
+        f", {_format_bytes(non_torch_bytes)} of it the CUDA context and library workspaces" if non_torch_bytes else ""
+    )
     raise CacheBudgetError(
         f"even with every transformer block streamed from host memory the run needs "
-        f"{_format_bytes(plan.total_bytes + other_bytes)}, {_format_bytes(short)} more than the budget of "
+        f"{_format_bytes(plan.total_bytes + other_bytes)}{context}, {_format_bytes(short)} more than the budget of "
         f"{_format_bytes(budget_bytes)} (less {_format_bytes(budget_bytes - usable)} allocator headroom); try {', or '.join(fixes)}"
     )
 

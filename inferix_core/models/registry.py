@@ -413,7 +413,7 @@ def load_world_model(
     decode_slicing = None
     if gpu_memory is not None and resident_blocks is None:
         resident_blocks, decode_slicing, text_encoder_placement = _planned_resident_blocks(
-            config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement
+            config, spec, gpu_memory, dt, fp8 or fp8_weights, text_encoder_path, text_encoder_placement, dev
         )
     variant = None
     if config.action_config is not None:  # Matrix-Game 2.0 weights (blocks.N.action_model.*, img_emb, in_dim 36)
@@ -555,16 +555,18 @@ def _build_transformer(
     return model
 
 
-def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement):
+def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path, placement, device=None):
     """Block swap, the VAE decode slicing and the text encoder placement for a `budget`-byte card (see
     load_world_model's gpu_memory): (resident blocks or None when all fit, the `DecodeSlicing`, placement).
+    On CUDA the card also holds the CUDA context and library workspaces (`planned_non_torch_bytes`).
 
     A resident text encoder that leaves no plan at all (even every block streamed) is placed 'offload'
     instead (on the GPU only to encode a new prompt) when it fits beside what the run keeps there, else
     'cpu': the same embeddings, logged; otherwise the placement asked stays.
     """
-    from ..cache.planner import allocator_headroom_bytes, plan_resident_blocks
+    from ..cache.planner import allocator_headroom_bytes, plan_resident_blocks, planned_non_torch_bytes
 
+    non_torch = planned_non_torch_bytes(device, budget) if device is not None else 0
     text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
     latent_h, latent_w = 60, 104  # 480x832 through the Wan VAE's 8x
     window = family.cache.window_frames
@@ -573,6 +575,7 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
         return plan_resident_blocks(
             config, budget, latent_h, latent_w, family.cache, dtype=dtype, block_frames=family.sampling.block_frames,
             max_frames=21 if window == -1 else None, other_bytes=other_bytes, fp8_block_weights=fp8_blocks,
+            non_torch_bytes=non_torch,
         )  # fmt: skip
 
     try:
@@ -586,6 +589,7 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
             raise refused from None
         # offload brings the whole encoder to the GPU for an encode, beside what the run keeps there
         kept = memory_plan.weights_bytes + memory_plan.requested_cache.device_bytes + memory_plan.vae_kept_bytes
+        kept += memory_plan.non_torch_bytes
         usable = budget - allocator_headroom_bytes(budget)  # as plan_resident_blocks leaves the allocator
         placement = "offload" if kept + text_bytes <= usable else "cpu"
         log.info(

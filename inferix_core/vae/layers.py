@@ -42,15 +42,19 @@ class CausalConvCache:
             history becomes [where(previous == 0, 0, current), current] instead of [previous, current], so
             from the 4th latent frame on (decoded one latent frame per call) the frames differ from the full
             decode. Off by default (the Wan reference); `StreamDecoder(krea_decoder=True)` turns it on.
+        owned: entries this cache alone holds, which a row-band decode may update in place
+            (vae/row_bands.py); `fork` empties it on both sides, as the two then share every tensor.
     """
 
     frames: dict[str, Tensor] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     first_frame_bypass: bool = True
     krea_upsample_history: bool = False
+    owned: set[str] = field(default_factory=set)
 
     def fork(self) -> CausalConvCache:
-        """A shallow copy that can be advanced without changing this one."""
+        """A shallow copy that can be advanced without changing this one (neither updates a shared entry in place)."""
+        self.owned = set()
         return CausalConvCache(
             dict(self.frames), set(self.started), self.first_frame_bypass, self.krea_upsample_history
         )

@@ -26,10 +26,13 @@ class DecodeSlicing:
         release_previous_state: advance the stream's causal caches in place, so each layer's previous
             entry is freed as soon as its replacement exists, instead of keeping the whole previous
             state until the block is done (which lets a failed decode leave the stream untouched).
+        row_bands: each decoder call's stages after the middle block run in this many row bands with a
+            halo (vae/row_bands.py); 1 = whole frames.
     """
 
     latent_frames_per_step: int | None = None
     release_previous_state: bool = False
+    row_bands: int = 1
 
     def frames_per_call(self, block_frames: int) -> int:
         step = self.latent_frames_per_step
@@ -38,16 +41,46 @@ class DecodeSlicing:
     def describe(self, block_frames: int) -> str:
         f = self.frames_per_call(block_frames)
         calls = "whole block per decoder call" if f == block_frames else f"{f} latent frame{'s' * (f > 1)} per call"
-        return calls + (", previous state released" if self.release_previous_state else "")
+        bands = f", {self.row_bands} row bands" if self.row_bands > 1 else ""
+        return calls + bands + (", previous state released" if self.release_previous_state else "")
 
 
 # Fastest first; the planner takes the first whose working set fits. Releasing the previous state costs
-# nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md).
+# nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md); row
+# bands recompute their halos (at 480×832, 2 / 4 / 8 bands: 1.08 / 1.25 / 1.58 × the rows of the banded stages).
+ROW_BANDS: tuple[int, ...] = (2, 4, 8)
 DECODE_SLICINGS: tuple[DecodeSlicing, ...] = (
     DecodeSlicing(),
     DecodeSlicing(release_previous_state=True),
     DecodeSlicing(1, release_previous_state=True),
+    *(DecodeSlicing(1, release_previous_state=True, row_bands=n) for n in ROW_BANDS),
 )
+
+
+@dataclass(frozen=True)
+class BandGeometry:
+    """The banded stages of a Wan 2.1 decoder at one latent size (vae/row_bands.py).
+
+    Attributes:
+        rows: rows of the banded stages' input (latent rows × its scale: 4 × for the Wan 2.1 decoder).
+        halo: input rows each band reads beyond its core, each side.
+        input_bytes: the banded stages' whole-frame input for one latent frame (B · C · frames · H · W · e).
+        state_bytes: the part of the decode state kept by the banded stages' temporal convs.
+    """
+
+    rows: int
+    halo: int
+    input_bytes: int
+    state_bytes: int
+
+    def fraction(self, bands: int) -> float:
+        """The tallest band's input rows (core + halos) over all rows: the share of the activations alive."""
+        from .row_bands import band_cores
+
+        tallest = max(
+            min(self.rows, c1 + self.halo) - max(0, c0 - self.halo) for c0, c1 in band_cores(self.rows, bands)
+        )
+        return tallest / self.rows
 
 
 @dataclass(frozen=True)
@@ -72,6 +105,7 @@ def wan_decode_memory(
     options: VAEDecodeOptions | None,
     cuda: bool,
     pixel_bytes: int = 0,
+    bands: BandGeometry | None = None,
 ) -> DecodeMemory:
     """The Wan 2.1 VAE's streamed decode memory for a (later) block of `block_frames` latent frames.
 
@@ -85,6 +119,12 @@ def wan_decode_memory(
     per latent frame: 3 channels × 4 frames × 8h × 8w). On CUDA, convs on NCDHW activations (no `channels_last`) also make cuDNN's NDHWC
     copies of the padded input and the output, (2f + 1/2) U: inferred from the H200's peaks (9.70 GiB
     measured vs 7.82 counted at 3 frames), invisible to a count.
+
+    With row bands (`slicing.row_bands` > 1, `bands` the decoder's geometry) the last two stages run one band
+    at a time: their activations, replaced entries and cuDNN copies shrink to the tallest band's share φ
+    (`BandGeometry.fraction`), while the banded stages' whole-frame input (f · X), the assembled pixels of
+    the call and, per banded cache entry, the old rows the next band's halo reads (S_band · halo / rows) are
+    added.
     """
     f = slicing.frames_per_call(block_frames)
     fused = options is not None and options.fused
@@ -94,13 +134,23 @@ def wan_decode_memory(
     nchw = cuda and not (options is not None and options.channels_last)
     layout = (4 * f + 1) * unit_bytes // 2 if nchw else 0
     earlier = (block_frames - f) * pixel_bytes
-    transient = previous + per_frame * f * unit_bytes + replaced + layout + earlier
+    banded = bands is not None and slicing.row_bands > 1
+    phi = bands.fraction(slicing.row_bands) if banded else 1.0
+    whole = 0
+    if banded:
+        whole = f * bands.input_bytes + f * pixel_bytes + bands.state_bytes * bands.halo // bands.rows
+    transient = previous + int(phi * (per_frame * f * unit_bytes + replaced + layout)) + earlier + whole
+    share = f"{phi:.2f}·" if banded else ""
     terms = [
         "previous state S" if previous else "",
-        f"{per_frame}·{f}·U activations",
-        f"{1 if fused else 2}·U/2 replaced entries" if replaced else "",
+        f"{share}{per_frame}·{f}·U activations",
+        f"{share}{1 if fused else 2}·U/2 replaced entries" if replaced else "",
         f"{block_frames - f} earlier slices' pixels" if earlier else "",
-        f"(2·{f} + 1/2)·U cuDNN NDHWC copies" if layout else "",
+        f"{share}(2·{f} + 1/2)·U cuDNN NDHWC copies" if layout else "",
+        f"{slicing.row_bands} row bands (φ = {phi:.2f}): banded stages' input {f}·X, the call's pixels, "
+        f"the next band's halo rows"
+        if banded
+        else "",
     ]
     formula = (
         f"state S {state_bytes / 2**30:.2f} GiB kept; a block adds " + " + ".join(t for t in terms if t)
@@ -127,6 +177,34 @@ def decoder_state_bytes(decoder: nn.Module, latent_h: int, latent_w: int, batch:
     return batch * total * elem_bytes
 
 
+def band_geometry(decoder: nn.Module, latent_h: int, latent_w: int, batch: int, elem_bytes: int) -> BandGeometry:
+    """Where a Wan 2.1 decoder's row bands start (`Decoder3d.band_from`), at this latent size: exact sizes."""
+    from .layers import CausalConv3d, Upsample
+    from .row_bands import receptive_halo
+
+    layers = list(decoder.upsamples)
+    start = decoder.band_from
+    scale, frames = 1, 1
+    for layer in layers[:start]:
+        if isinstance(layer, Upsample):
+            scale *= 2
+            frames *= 2 if layer.time_conv is not None else 1
+    first = next(m for m in layers[start].modules() if isinstance(m, CausalConv3d)) if start < len(layers) else None
+    channels = first.in_channels if first is not None else decoder.head[2].in_channels
+    halo, _ = receptive_halo([*layers[start:], decoder.head])
+    state, s = 0, scale
+    for layer in (*layers[start:], decoder.head):
+        for m in layer.modules():
+            if isinstance(m, CausalConv3d) and m.history_frames:
+                state += m.in_channels * m.history_frames * (latent_h * s) * (latent_w * s)
+        if isinstance(layer, Upsample):
+            s *= 2
+    rows = latent_h * scale
+    return BandGeometry(
+        rows, halo, batch * channels * frames * rows * latent_w * scale * elem_bytes, batch * state * elem_bytes
+    )
+
+
 @dataclass(frozen=True)
 class VAEMemory:
     """What the planner needs to know of a decoder at one latent size: its weights, and per slicing its decode.
@@ -143,6 +221,7 @@ class VAEMemory:
     cuda: bool = False
     fixed_bytes: int | None = None  # a decoder the formula does not describe: this much, all the time
     default: DecodeSlicing = DecodeSlicing()
+    bands: BandGeometry | None = None  # the row-banded stages (None: no row bands offered)
 
     @property
     def slicings(self) -> tuple[DecodeSlicing, ...]:
@@ -150,15 +229,17 @@ class VAEMemory:
         (never a faster one than the VAE was set to)."""
         if self.fixed_bytes is not None or self.default not in DECODE_SLICINGS:
             return (self.default,)
-        return DECODE_SLICINGS[DECODE_SLICINGS.index(self.default) :]
+        offered = DECODE_SLICINGS[DECODE_SLICINGS.index(self.default) :]
+        return offered if self.bands is not None else tuple(s for s in offered if s.row_bands == 1)
 
     def decode(self, block_frames: int, slicing: DecodeSlicing | None = None) -> DecodeMemory:
         slicing = self.default if slicing is None else slicing
         if self.fixed_bytes is not None:
             return DecodeMemory(self.fixed_bytes, 0, slicing, "the decoder's own estimate")
         return wan_decode_memory(
-            self.state_bytes, self.unit_bytes, block_frames, slicing, self.options, self.cuda, self.pixel_bytes
-        )
+            self.state_bytes, self.unit_bytes, block_frames, slicing, self.options, self.cuda, self.pixel_bytes,
+            self.bands,
+        )  # fmt: skip
 
     @classmethod
     def fixed(cls, total_bytes: int) -> VAEMemory:
@@ -181,6 +262,9 @@ class VAEMemory:
             options=None if vae.decode_options is None or vae.decode_options.is_reference else vae.decode_options,
             cuda=p.device.type == "cuda" if cuda is None else cuda,
             default=getattr(vae, "stream_slicing", DecodeSlicing()),
+            bands=band_geometry(vae.decoder, latent_h, latent_w, batch, elem)
+            if hasattr(vae.decoder, "band_from")
+            else None,
         )
 
     @classmethod

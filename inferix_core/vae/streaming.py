@@ -117,6 +117,8 @@ class StreamDecoder:
         release_previous_state: advance the state in place, freeing each old cache entry as soon as its
             replacement exists (one state's bytes less at the peak; `vae.memory`). The frames are the same;
             a decode that fails then leaves the state half advanced, so it is reset (and the error raised).
+        row_bands: decode each call's high-resolution stages in this many row bands with a halo
+            (vae/row_bands.py): the same frames, a fraction of the full-resolution activations at once.
     """
 
     def __init__(
@@ -129,12 +131,16 @@ class StreamDecoder:
         options: VAEDecodeOptions | None = None,
         krea_decoder: bool = False,
         release_previous_state: bool = False,
+        row_bands: int = 1,
     ) -> None:
         if krea_decoder and zero_cache_demo:
             raise ConfigError("krea_decoder and zero_cache_demo are two different decoders; pick one")
         self.vae = vae
         self.krea_decoder = krea_decoder
         self.release_previous_state = release_previous_state
+        if row_bands < 1:
+            raise ConfigError(f"row_bands={row_bands} must be at least 1 (1 = whole frames)")
+        self.row_bands = row_bands
         self.latent_frames_per_step = 1 if krea_decoder else latent_frames_per_step
         self.tiling = tiling
         self.zero_cache_demo = zero_cache_demo
@@ -184,8 +190,9 @@ class StreamDecoder:
             return self._decode_tiled(latents, state)
         cache = state.caches.get((0, 0)) or self._new_cache()
         pixels, state.caches[(0, 0)] = self.vae.decode_step(
-            latents, cache, self.latent_frames_per_step, self.options, in_place=self.release_previous_state
-        )
+            latents, cache, self.latent_frames_per_step, self.options, in_place=self.release_previous_state,
+            row_bands=self.row_bands,
+        )  # fmt: skip
         return pixels
 
     def _decode_tiled(self, latents: Tensor, state: DecodeState) -> Tensor:
@@ -198,7 +205,7 @@ class StreamDecoder:
                 cache = state.caches.get((ty, tx)) or self._new_cache()
                 tile, state.caches[(ty, tx)] = self.vae.decode_step(
                     latents[..., ty:y1, tx:x1], cache, self.latent_frames_per_step, self.options,
-                    in_place=self.release_previous_state,
+                    in_place=self.release_previous_state, row_bands=self.row_bands,
                 )  # fmt: skip
                 wy = _ramp(tile.shape[-2], ty, y1, h, tiling.overlap_latent, scale)
                 wx = _ramp(tile.shape[-1], tx, x1, w, tiling.overlap_latent, scale)

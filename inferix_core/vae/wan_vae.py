@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from ..errors import CheckpointLayoutError, ShapeMismatchError
+from ..errors import CheckpointLayoutError, ConfigError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
 from .config import VAEDecodeOptions, WanVAEConfig, is_wan22_state_dict
 from .layers import (
@@ -33,6 +33,7 @@ from .layers import (
     norm_silu_padded,
 )
 from .memory import DecodeSlicing
+from .row_bands import run_in_row_bands
 
 if TYPE_CHECKING:
     from .streaming import StreamDecoder, StreamEncoder
@@ -131,10 +132,24 @@ class Decoder3d(nn.Module):
                 scale *= 2.0
         self.upsamples = nn.ModuleList(layers)
         self.head = _Head(dims[-1], 3)
+        # Where row bands start (`row_bands` > 1): the last two resolution stages (after the second-to-last
+        # upsample), never before an attention block (it needs whole frames). Banding from the middle block
+        # would need a halo of 13 latent rows (the low-resolution stages' convs, 104 px each side at 8×) and
+        # keeps more alive than it saves; from the 4× stage the halo is 10 rows there (bench/count_decode_memory.py).
+        ups = [i + 1 for i, layer in enumerate(layers) if isinstance(layer, Upsample)]
+        attn = [i + 1 for i, layer in enumerate(layers) if isinstance(layer, AttentionBlock)]
+        self.band_from = max([0, *ups[-2:-1], *attn[-1:]])
 
-    def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None, row_bands: int = 1
+    ) -> Tensor:
+        """`row_bands` > 1 runs the stages after the middle block in that many row bands with a halo
+        (vae/row_bands.py): the same pixels, a fraction of the full-resolution activations alive at once."""
         x = self.conv1(x, cache)
         x = _run(self.middle, x, cache, opts)
+        if row_bands > 1:
+            x = _run(self.upsamples[: self.band_from], x, cache, opts)
+            return run_in_row_bands([*self.upsamples[self.band_from :], self.head], x, cache, opts, row_bands)
         x = _run(self.upsamples, x, cache, opts)
         return self.head(x, cache, opts)
 
@@ -269,6 +284,7 @@ class WanVAE(nn.Module):
         latent_frames_per_step: int | None = None,
         options: VAEDecodeOptions | None = None,
         in_place: bool = False,
+        row_bands: int = 1,
     ) -> tuple[Tensor, CausalConvCache]:
         """Decode normalised latents (B, z_dim, f, h, w) given the cache of everything decoded before.
 
@@ -277,7 +293,8 @@ class WanVAE(nn.Module):
         in slices; any slicing gives the same frames. `options` picks faster routes to the same frames
         (see `VAEDecodeOptions`; with `channels_last` the pixels come back NDHWC-strided). `in_place`
         advances `cache` itself, so each replaced entry can be freed at once (less memory; the cache passed
-        in is then the advanced one).
+        in is then the advanced one). `row_bands` > 1 decodes each call's high-resolution stages in that many
+        row bands (vae/row_bands.py; the same frames, less memory).
         """
         self._check(z, self.config.z_dim, "latents")
         opts = None if options is None or options.is_reference else options
@@ -287,8 +304,11 @@ class WanVAE(nn.Module):
             self.prepare_decode(opts)
             x = x.contiguous(memory_format=torch.channels_last_3d)
         step = latent_frames_per_step or x.shape[2]
+        bands = () if row_bands == 1 else (row_bands,)
+        if bands and not hasattr(self.decoder, "band_from"):
+            raise ConfigError(f"row_bands={row_bands}: {type(self).__name__}'s decoder has no row-band decode; use 1")
         with _cudnn_benchmark(opts is not None and opts.cudnn_benchmark):
-            outs = [self.decoder(x[:, :, i : i + step], cache, opts) for i in range(0, x.shape[2], step)]
+            outs = [self.decoder(x[:, :, i : i + step], cache, opts, *bands) for i in range(0, x.shape[2], step)]
         if len(outs) == 1:
             return outs[0], cache
         return torch.cat(outs, dim=2) if outs else x.new_zeros(x.shape[0], 3, 0, 1, 1), cache
@@ -344,8 +364,8 @@ class WanVAE(nn.Module):
     def stream_decoder(self, **kwargs) -> StreamDecoder:
         """A `StreamDecoder` session (see streaming.py) whose outputs concatenate to `decode`.
 
-        `options` defaults to `self.decode_options`, `latent_frames_per_step` and `release_previous_state`
-        to `self.stream_slicing`.
+        `options` defaults to `self.decode_options`, `latent_frames_per_step`, `release_previous_state` and
+        `row_bands` to `self.stream_slicing`.
         """
         from .streaming import StreamDecoder
 
@@ -354,6 +374,7 @@ class WanVAE(nn.Module):
         if kwargs.get("latent_frames_per_step") is None:
             kwargs["latent_frames_per_step"] = self.stream_slicing.latent_frames_per_step
         kwargs.setdefault("release_previous_state", self.stream_slicing.release_previous_state)
+        kwargs.setdefault("row_bands", self.stream_slicing.row_bands)
         return StreamDecoder(self, **kwargs)
 
     def stream_encoder(self) -> StreamEncoder:

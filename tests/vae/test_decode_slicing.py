@@ -24,6 +24,7 @@ def _stream(vae: WanVAE, z: torch.Tensor, chunks: list[int], slicing: DecodeSlic
     dec = vae.stream_decoder(
         latent_frames_per_step=slicing.latent_frames_per_step,
         release_previous_state=slicing.release_previous_state,
+        row_bands=slicing.row_bands,
         options=options,
     )
     outs, start = [], 0
@@ -70,7 +71,9 @@ def _count(vae: WanVAE, h: int, w: int, block: int, slicing: DecodeSlicing) -> t
     g = torch.Generator().manual_seed(1)
     z = torch.randn(1, vae.config.z_dim, block, h, w, generator=g)
     dec = vae.stream_decoder(
-        latent_frames_per_step=slicing.latent_frames_per_step, release_previous_state=slicing.release_previous_state
+        latent_frames_per_step=slicing.latent_frames_per_step,
+        release_previous_state=slicing.release_previous_state,
+        row_bands=slicing.row_bands,
     )
     with LiveBytes() as live:
         for _ in range(2):
@@ -139,6 +142,7 @@ def test_cuda_working_set_is_the_formula(options):
         dec = vae.stream_decoder(
             latent_frames_per_step=slicing.latent_frames_per_step,
             release_previous_state=slicing.release_previous_state,
+            row_bands=slicing.row_bands,
         )
         dec.decode(z[:, :, :block])  # the first block (fewer frames) and any autotuning
         torch.cuda.synchronize()
