@@ -199,6 +199,9 @@ def capture_world_state(
     tensors.update({f"extra.{k}": v for k, v in (extra_tensors or {}).items()})
     for i, (k, v) in enumerate(zip(state.text.keys, state.text.values, strict=True)):
         tensors[f"text.k.{i}"], tensors[f"text.v.{i}"] = k, v
+    if getattr(state.text, "image_keys", None) is not None:  # Wan 2.1 I2V: the start image's K/V beside the prompt's
+        for i, (k, v) in enumerate(zip(state.text.image_keys, state.text.image_values, strict=True)):
+            tensors[f"text.ik.{i}"], tensors[f"text.iv.{i}"] = k, v
     noise_t, noise_meta = _noise_tensors(state.noise)
     tensors.update(noise_t)
     decoder_meta = None
@@ -352,6 +355,11 @@ def load_world_state(
     text = CrossAttentionCache(
         [tensors[f"text.k.{i}"].to(dev) for i in range(n)], [tensors[f"text.v.{i}"].to(dev) for i in range(n)]
     )
+    if "text.ik.0" in tensors:  # Wan 2.1 I2V: the start image's K/V
+        text.image_keys = [tensors[f"text.ik.{i}"].to(dev) for i in range(n)]
+        text.image_values = [tensors[f"text.iv.{i}"].to(dev) for i in range(n)]
+    elif getattr(pipe.model.config, "has_image_input", False):
+        raise ConfigError("this world state holds no start-image K/V but this model (Wan 2.1 I2V) needs them")
     noise = ResumedNoise(0, device=header["noise"]["device"])
     noise.generator.set_state(tensors["noise.generator"])
     upfront = tensors.get("noise.upfront")
