@@ -40,6 +40,7 @@ import torch
 
 from .cache import create_kv_cache
 from .cache.paged import planned_pages
+from .cache.planner import ForkPlan, plan_forks
 from .cache.shared import PageArena, StreamKVCache
 from .cache.spec import KVCacheConfig, KVCacheSpec
 from .conditioning import encode_prompt, latent_size
@@ -251,10 +252,49 @@ def _prompt_kv(pipe: BlockDiffusionPipeline, parent_text, context: torch.Tensor)
     return pipe.model.prepare_context(ctx)
 
 
-class Branches:
-    """N forks of one stream state, stepped as one batch; see the module docstring."""
+def plan_futures(
+    pipe: BlockDiffusionPipeline,
+    parent: StreamState,
+    num_futures: int,
+    future_blocks: int | None,
+    *,
+    budget_bytes: int | None = None,
+    decoder_bytes: int = 0,
+) -> ForkPlan:
+    """The memory planner's count for `num_futures` futures of `parent` (`cache.planner.plan_forks`): the pages
+    in use now once (the common past) + N × one future's new pages, N streams' activations and decoders.
+    `future_blocks` may be None for a windowed cache (a future then holds at most a window of own pages)."""
+    n = pipe.sampling.block_frames
+    if future_blocks is None:
+        if pipe.cache_config.is_global:
+            raise ConfigError("planning futures of a global-attention stream needs future_blocks (their length)")
+        future_blocks = -(-pipe.cache_config.window_frames // n) + 1
+    used = parent.cache.arena.pool.num_used_pages if isinstance(parent.cache, StreamKVCache) else None
+    return plan_forks(
+        pipe.model.config, parent.latent_height, parent.latent_width, pipe.cache_config, num_futures=num_futures,
+        past_frames=parent.next_frame, future_frames=future_blocks * n, dtype=pipe.dtype, block_frames=n,
+        budget_bytes=budget_bytes, decoder_bytes=decoder_bytes, shared_pages=used,
+    )  # fmt: skip
 
-    def __init__(self, pipe: BlockDiffusionPipeline, parent: StreamState, futures: list[Future]):
+
+class Branches:
+    """N forks of one stream state, stepped as one batch; see the module docstring.
+
+    With `budget_bytes`, the memory planner admits the N futures first (`plan_futures`: the shared past once
+    + N × their new pages and working sets) and refuses, naming the largest N that fits, before anything is
+    forked or allocated; the arena is then grown once to the planned pages, so no future grows it mid-run.
+    """
+
+    def __init__(
+        self,
+        pipe: BlockDiffusionPipeline,
+        parent: StreamState,
+        futures: list[Future],
+        *,
+        budget_bytes: int | None = None,
+        future_blocks: int | None = None,
+        decoder_bytes: int = 0,
+    ):
         check_branchable(pipe)
         self.recompute = bool(pipe.sampling.kv_recompute_frames)  # Krea: per-fork caches, run one after another
         if not self.recompute and not isinstance(parent.cache, StreamKVCache):
@@ -265,6 +305,11 @@ class Branches:
         if not futures:
             raise ConfigError("branching needs at least one Future")
         self.pipe, self.parent = pipe, parent
+        self.plan: ForkPlan | None = None
+        if budget_bytes is not None and not self.recompute:
+            self.plan = plan_futures(pipe, parent, len(futures), future_blocks, budget_bytes=budget_bytes,
+                                     decoder_bytes=decoder_bytes).check()  # fmt: skip
+            parent.cache.arena.grow(self.plan.num_pages)
         self.forks: list[Fork] = []
         if parent.clean_prefix is not None:
             raise ConfigError("this stream holds clean first latents for its next block; branch after that block")
@@ -408,6 +453,7 @@ def branch_video(
     decode: bool = True,
     start_image: Any = None,
     clip_vision: Any = None,
+    budget_bytes: int | None = None,
 ) -> BranchedVideo:
     """Generate `past_blocks` under `prompt`, fork one future per entry of `futures` (a prompt, or None to
     keep `prompt`) and run them batched for `future_blocks` blocks; decode the past once and each future
@@ -415,6 +461,8 @@ def branch_video(
 
     A Wan 2.1 I2V model takes `start_image` and `clip_vision` (every future keeps the image); Krea's KV
     recompute runs its futures one after another, each with its own context latents and pixel window.
+    With `budget_bytes` the planner admits the futures before anything runs (`cache.planner.plan_forks`):
+    too many are refused naming the largest number that fits; the arena is sized to the plan.
     """
     if takes_start_image(world_model) and not takes_prompt_and_image(world_model):
         raise ConfigError(
@@ -431,10 +479,16 @@ def branch_video(
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
     lat_h, lat_w = latent_size(world_model, width, height)
+    n = sampling.block_frames
+    plan = None
+    if not sampling.kv_recompute_frames:  # before anything is encoded or allocated: do the N futures fit?
+        plan = plan_forks(
+            world_model.config, lat_h, lat_w, cache, num_futures=len(futures), past_frames=past_blocks * n,
+            future_frames=future_blocks * n, dtype=world_model.dtype, block_frames=n, budget_bytes=budget_bytes,
+        ).check()  # fmt: skip
     reencodes = bool(sampling.kv_recompute_frames) and not sampling.keep_first_frame
     encoder = PixelWindowEncoder(world_model.vae, sampling.kv_recompute_frames) if reencodes else None
     pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache, encoder)
-    n = sampling.block_frames
     image = StartImageInputs(world_model, start_image, width, height, clip_vision) if takes_prompt_and_image(
         world_model) else None  # fmt: skip
     per_block = None if image is None else image.for_block  # Wan 2.1 I2V: cond_concat of each block's frames
@@ -442,7 +496,8 @@ def branch_video(
     if sampling.kv_recompute_frames:  # the cache is rebuilt every block: a plain stream, no arena
         parent = pipe.start_stream(context, lat_h, lat_w, seed=seed)
     else:
-        arena = new_arena(pipe, lat_h, lat_w, streams=len(futures) + 1, max_frames=(past_blocks + future_blocks) * n)
+        alone = planned_pages(cache, dataclasses.replace(stream_spec(pipe, lat_h, lat_w), max_frames=past_blocks * n))
+        arena = new_arena(pipe, lat_h, lat_w, num_pages=max(plan.num_pages, alone))
         parent = start_stream(pipe, context, lat_h, lat_w, seed=seed, arena=arena,
                               image_context=None if image is None else image.visual_context)  # fmt: skip
     past = torch.cat(
