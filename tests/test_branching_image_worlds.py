@@ -17,11 +17,19 @@ import pytest
 import torch
 
 from inferix_core.api import EncoderPixels
-from inferix_core.branching import Branches, Future, LiveBranch, branch_video, release_stream, start_stream
+from inferix_core.branching import (
+    Branches,
+    Future,
+    LiveBranch,
+    branch_video,
+    pixels_to_frames,
+    release_stream,
+    start_stream,
+)
 from inferix_core.cache import KVCacheConfig
 from inferix_core.errors import ConfigError
 from inferix_core.image_world import StartImageInputs
-from inferix_core.models.registry import FAMILIES, WorldModel
+from inferix_core.models.registry import FAMILIES, WorldModel, load_world_model
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig, SeededNoise
@@ -151,3 +159,14 @@ def test_matrix_game_branching_is_refused_with_the_reason():
         Branches(pipe, state, [Future(seed=1)])
     with pytest.raises(ConfigError, match="Matrix-Game world cannot branch yet"):
         LiveBranch(pipe, state, [Future(seed=1)])
+
+
+def test_branch_video_on_the_bundled_model_forks_its_tiny_vae_decoder():
+    """Each future is decoded from a fork of the past's tiny-VAE state: as if past + future were one stream."""
+    wm = load_world_model("bundled", device="cpu")
+    out = branch_video(wm, "", [None, None], past_blocks=1, future_blocks=1, width=64, height=64, seed=2)
+    for lat, frames in zip(out.future_latents, out.future_frames, strict=True):
+        dec = wm.vae.stream_decoder()
+        dec.decode(out.past_latents.permute(0, 2, 1, 3, 4))
+        assert np.array_equal(frames, pixels_to_frames(dec.decode(lat.permute(0, 2, 1, 3, 4))))
+    assert not np.array_equal(out.future_frames[0], out.future_frames[1])
