@@ -34,7 +34,7 @@ from .api import (
     run_pipeline,
     run_stream_decoder,
 )
-from .branching import Future, LiveBranch
+from .branching import Future, LiveBranch, check_branchable
 from .cache import KVCacheConfig
 from .conditioning import encode_start_frames
 from .controls import Control, LiveControls, block_rows
@@ -605,8 +605,10 @@ class InteractiveSession:
         if self._branch is not None:
             log.warning("already branched at block %d; pick a future first", self.state.next_block)
             return False
-        if self._image is not None:
-            log.warning("image-started (keyboard/mouse) models cannot branch yet; branch ignored")
+        try:
+            check_branchable(self.pipeline)  # Matrix-Game: refused with the reason, the stream goes on
+        except ConfigError as exc:
+            log.warning("cannot branch here: %s", exc)
             return False
         futures = list(futures)[:MAX_FUTURES]
         if not futures:
