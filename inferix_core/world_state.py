@@ -126,7 +126,15 @@ def _noise_tensors(noise) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 def _decoder_tensors(decoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The streaming decoder's state: the Wan VAE's causal conv caches, or the tiny VAE's last features."""
+    """The streaming decoder's state: the Wan VAE's causal conv caches, or the tiny VAE's last features.
+
+    A decoder without a state of its own hands on the pixels Krea's pixel window decoded in the loop
+    (`api.EncoderPixels`): that window is saved with the pipeline (`_window_tensors`).
+    """
+    if not hasattr(decoder, "state"):
+        if getattr(decoder, "encoder", None) is None:
+            raise ConfigError(f"cannot save the state of a {type(decoder).__name__} decoder; save without decoder=")
+        return {}, {"kind": "pixel_window"}
     s = decoder.state
     if type(s) is TinyDecodeState:
         tensors = {} if s.previous is None else {"decoder.previous": s.previous}
@@ -140,6 +148,27 @@ def _decoder_tensors(decoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     meta = {"kind": "wan", "latent_frames_in": s.latent_frames_in, "frames_out": s.frames_out,
             "frames_to_drop": s.frames_to_drop, "caches": caches}  # fmt: skip
     return tensors, meta
+
+
+def _window_tensors(encoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Krea's keep_first_frame=False pixel window (`vae.PixelWindowEncoder`): its kept pixel frames, the last
+    block's pixels and its block decoder's causal caches, so the resumed run re-encodes the same first frame."""
+    dec_t, dec_meta = _decoder_tensors(encoder.decoder)
+    tensors = {f"window.{k}": v for k, v in dec_t.items()}
+    for i, frame in enumerate(encoder.frames):
+        tensors[f"window.frame.{i}"] = frame
+    if encoder.last_pixels is not None:
+        tensors["window.last_pixels"] = encoder.last_pixels
+    meta = {"frames": len(encoder.frames), "last_pixels": encoder.last_pixels is not None, "decoder": dec_meta}
+    return tensors, meta
+
+
+def _restore_window(encoder, meta: dict, tensors: dict, device) -> None:
+    encoder.reset()
+    _restore_decoder(encoder.decoder, meta["decoder"], {k[len("window.") :]: v for k, v in tensors.items()
+                                                        if k.startswith("window.decoder.")}, device)  # fmt: skip
+    encoder.frames.extend(tensors[f"window.frame.{i}"].to(device) for i in range(meta["frames"]))
+    encoder.last_pixels = tensors["window.last_pixels"].to(device) if meta["last_pixels"] else None
 
 
 @dataclass(frozen=True)
@@ -204,10 +233,13 @@ def capture_world_state(
             tensors[f"text.ik.{i}"], tensors[f"text.iv.{i}"] = k, v
     noise_t, noise_meta = _noise_tensors(state.noise)
     tensors.update(noise_t)
-    decoder_meta = None
+    decoder_meta = window_meta = None
     if decoder is not None:
         dec_t, decoder_meta = _decoder_tensors(decoder)
         tensors.update(dec_t)
+    if pipe.first_frame_encoder is not None:  # Krea's keep_first_frame=False: the window it re-encodes from
+        win_t, window_meta = _window_tensors(pipe.first_frame_encoder)
+        tensors.update(win_t)
     header = {
         "format": FORMAT,
         "identity": identity,
@@ -215,6 +247,7 @@ def capture_world_state(
         "cache": cache_meta,
         "noise": noise_meta,
         "decoder": decoder_meta,
+        "pixel_window": window_meta,
         "position": {
             "next_frame": state.next_frame,
             "next_block": state.next_block,
@@ -366,6 +399,11 @@ def load_world_state(
     noise._upfront = None if upfront is None else upfront.to(noise.device)
     if decoder is not None:
         _restore_decoder(decoder, header["decoder"], tensors, dev)
+    if pipe.first_frame_encoder is not None:
+        if header.get("pixel_window") is None:
+            raise ConfigError("this world state holds no pixel window for Krea's keep_first_frame=False re-encode; "
+                              "save it again with this Inferix, or resume with keep_first_frame=True")  # fmt: skip
+        _restore_window(pipe.first_frame_encoder, header["pixel_window"], tensors, dev)
     pos = header["position"]
     pipe.kv_cache = cache
     state = StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
@@ -384,9 +422,14 @@ def _restore_decoder(decoder, meta: dict | None, tensors: dict, device) -> None:
     from .vae.streaming import DecodeState
 
     kind = meta.get("kind", "wan")
-    here = "tiny" if type(decoder.state) is TinyDecodeState else "wan"
+    if not hasattr(decoder, "state"):  # the loop's own pixels (Krea's window, restored with the pipeline)
+        here = "pixel_window"
+    else:
+        here = "tiny" if type(decoder.state) is TinyDecodeState else "wan"
     if kind != here:
         raise ConfigError(f"this world state holds a {kind} VAE decoder's cache; this run decodes with a {here} VAE")
+    if kind == "pixel_window":
+        return
     if kind == "tiny":
         prev = tensors.get("decoder.previous")
         decoder.state = TinyDecodeState(None if prev is None else prev.to(device).clone(), meta["latent_frames_in"])
