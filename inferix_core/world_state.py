@@ -374,10 +374,11 @@ def load_world_state(
     settings = header["settings"]
     _refuse_mismatch("sampling", settings["sampling"], json.loads(json.dumps(dataclasses.asdict(pipe.sampling))))
     h, w = settings["latent_size"]
-    fresh = pipe.start_stream(
-        torch.zeros(settings["batch_size"], 1, pipe.model.config.context_dim, dtype=pipe.dtype),
-        h, w, batch_size=settings["batch_size"], max_frames=None,
-    )  # fmt: skip
+    b, cfg = settings["batch_size"], pipe.model.config
+    image = torch.zeros(b, 1, cfg.clip_dim, dtype=pipe.dtype) if getattr(cfg, "has_image_input", False) else None
+    fresh = pipe.start_stream(  # the cache only: its prompt (and Wan I2V image) K/V are replaced by the saved ones
+        torch.zeros(b, 1, cfg.context_dim, dtype=pipe.dtype), h, w, batch_size=b, max_frames=None, image_context=image
+    )
     here = cache_identity(pipe.cache_config, fresh.cache.spec, fresh.cache)
     _refuse_mismatch("KV cache settings", settings["cache"], here)
     cache = fresh.cache

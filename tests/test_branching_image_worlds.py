@@ -6,6 +6,9 @@
   of the pixel window its first context frame is re-encoded from; the forks run one after another and each
   equals its run alone bitwise (a shared window would hand one fork the other's pixels).
 * Matrix-Game 2.0 (its fixtures): refused before anything is forked, naming the action caches.
+
+And the world states these runs need: a Wan 2.1 I2V world keeps the start image's K/V (resumed bitwise, through
+`generate_video` too), and the bundled model's tiny VAE state forks for Branch World.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from inferix_core.api import EncoderPixels
+from inferix_core.api import EncoderPixels, generate_video
 from inferix_core.branching import (
     Branches,
     Future,
@@ -170,3 +173,38 @@ def test_branch_video_on_the_bundled_model_forks_its_tiny_vae_decoder():
         dec.decode(out.past_latents.permute(0, 2, 1, 3, 4))
         assert np.array_equal(frames, pixels_to_frames(dec.decode(lat.permute(0, 2, 1, 3, 4))))
     assert not np.array_equal(out.future_frames[0], out.future_frames[1])
+
+
+def test_a_wan_i2v_world_keeps_the_start_image_k_v(i2v):
+    """A saved Wan 2.1 I2V world carries the start image's cross-attention K/V: resumed, it continues bitwise."""
+    from inferix_core.world_state import WorldState, capture_world_state, load_world_state, model_identity
+
+    wm, t = i2v
+    image = StartImageInputs(wm, np.random.RandomState(5).randint(0, 256, (48, 80, 3), dtype=np.uint8), W, H,
+                             t["clip_tokens"])  # fmt: skip
+    pipe = BlockDiffusionPipeline(wm.transformer, wm.sampling, wm.default_cache)
+    n, lat = wm.sampling.block_frames, (H // 8, W // 8)
+    state = pipe.start_stream(t["text_context"], *lat, seed=5, image_context=t["clip_tokens"])
+    pipe.denoise_block(state, image.for_block(0, n))
+    ident = model_identity(wm.transformer, "wan21_i2v")
+    world = capture_world_state(pipe, state, identity=ident)
+    want = pipe.denoise_block(state, image.for_block(n, n)).latents
+    resumed = load_world_state(world, pipe, identity=ident)
+    assert resumed.text.image_keys is not None
+    assert torch.equal(pipe.denoise_block(resumed, image.for_block(n, n)).latents, want)
+    bare = WorldState(world.header, {k: v for k, v in world.tensors.items() if not k.startswith("text.i")})
+    with pytest.raises(ConfigError, match="no start-image K/V"):
+        load_world_state(bare, pipe, identity=ident)
+
+
+def test_generate_video_continues_a_wan_i2v_world(i2v):
+    wm, t = i2v
+    img = np.random.RandomState(5).randint(0, 256, (48, 80, 3), dtype=np.uint8)
+    kw = dict(width=W, height=H, seed=7, start_image=img, clip_vision=t["clip_tokens"], keep_world_state=True)
+    first = generate_video(wm, t["text_context"], num_blocks=1, **kw)
+    once = generate_video(wm, t["text_context"], num_blocks=2, world_state=first.world_state, **kw)
+    a = generate_video(wm, t["text_context"], num_blocks=1, world_state=first.world_state, **kw)
+    b = generate_video(wm, t["text_context"], num_blocks=1, world_state=a.world_state, **kw)
+    assert torch.isfinite(once.latents).all()
+    assert torch.equal(once.latents, torch.cat([a.latents, b.latents], dim=1))
+    assert np.array_equal(once.frames, np.concatenate([a.frames, b.frames]))
