@@ -72,24 +72,25 @@ def _gen(world, blocks, actions, state=None, image=None, tokens=None, cache=None
     )  # fmt: skip
 
 
+@pytest.mark.slow  # 15-40 s on the shared 2-core machine (five generations with decoding)
 def test_generation_continues_a_saved_world_in_one_or_two_calls(world, tmp_path):
-    rows = _rows(world, 4)
+    rows = _rows(world, 3)
     first = _gen(world, 1, _split(world, rows, 0, 1))
     hdr = first.world_state.header["extra"]["image_world"]
     assert hdr["rows"] == block_rows(0, world.sampling.block_frames)[1]
-    once = _gen(world, 3, _split(world, rows, 1, 3), first.world_state)
+    once = _gen(world, 2, _split(world, rows, 1, 2), first.world_state)
     path = write_world_state(tmp_path / "w.safetensors", first.world_state)
     a = _gen(world, 1, _split(world, rows, 1, 1), read_world_state(path))
-    b = _gen(world, 2, _split(world, rows, 2, 2), a.world_state)
+    b = _gen(world, 1, _split(world, rows, 2, 1), a.world_state)
     assert torch.isfinite(once.latents).all()
     assert torch.equal(once.latents, torch.cat([a.latents, b.latents], dim=1))
     assert np.array_equal(once.frames, np.concatenate([a.frames, b.frames]))
-    assert b.world_state.next_block == 4
+    assert b.world_state.next_block == 3
     # the saved rows are what the resumed blocks read: other past rows (same cache) give another video
     tampered = dict(first.world_state.tensors)
     tampered["extra.image_world.mouse"] = -tampered["extra.image_world.mouse"] + 0.3
-    other = _gen(world, 3, _split(world, rows, 1, 3), WorldState(first.world_state.header, tampered))
-    assert not torch.equal(other.latents, once.latents)
+    other = _gen(world, 1, _split(world, rows, 1, 1), WorldState(first.world_state.header, tampered))
+    assert not torch.equal(other.latents, a.latents)
 
 
 def _session(world, state=None, image=None, tokens=None):
