@@ -36,6 +36,7 @@ from inferix_core.models.registry import FAMILIES, WorldModel, load_world_model
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig, SeededNoise
+from inferix_core.session import InteractiveSession
 from inferix_core.vae import WanVAE
 from inferix_core.vae.pixel_window import PixelWindowEncoder
 from tests.fixture_utils import FIXTURES, fixture_files, fixture_weights, read_fixture
@@ -208,3 +209,25 @@ def test_generate_video_continues_a_wan_i2v_world(i2v):
     assert torch.isfinite(once.latents).all()
     assert torch.equal(once.latents, torch.cat([a.latents, b.latents], dim=1))
     assert np.array_equal(once.frames, np.concatenate([a.frames, b.frames]))
+
+
+def test_a_wan_i2v_session_branches_and_keeping_future_0_is_the_unbranched_session(i2v):
+    wm, t = i2v
+    img = np.random.RandomState(5).randint(0, 256, (48, 80, 3), dtype=np.uint8)
+    other = torch.randn(t["text_context"].shape, generator=torch.Generator().manual_seed(8))
+
+    def session():
+        return InteractiveSession(wm, t["text_context"], width=W, height=H, seed=1, decode=False, start_image=img,
+                                  clip_vision=t["clip_tokens"], prompt_encoder=lambda text: other)  # fmt: skip
+
+    with session() as plain:
+        want = [plain.step().latents for _ in range(3)]
+    with session() as s:
+        got = [s.step().latents]
+        assert s.branch([None, "another prompt"])
+        both = s.step().latents  # (2, n, C, h, w): one row per future
+        assert s.pick(0)
+        got += [both[:1], s.step().latents]
+    assert (both[0] - both[1]).abs().max() > 1e-3
+    for a, b in zip(want, got, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
