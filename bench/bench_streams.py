@@ -9,7 +9,8 @@ Random-weight Wan 1.3B at 480×832 (`inferix_core.benchmark.build_engine`, the `
    over the wall time), per-stream FPS (what one viewer sees) and peak device memory.
 2. `--forks` futures from one state after `--fork-past` blocks (`branching.Branches`, pages of the past
    shared copy-on-write), `--fork-blocks` blocks each, vs `--forks` separate runs of past + future.
-   Time, peak memory and the KV pages held.
+   Time, peak memory and the KV pages held, beside the memory planner's count for the N futures
+   (`branching.plan_futures`: planned pages vs the arena's peak, planned GiB vs the measured peak).
 
 Video frames are 4 per latent frame (Wan's VAE), at 16 fps.
 
@@ -29,7 +30,7 @@ from pathlib import Path
 import torch
 
 from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
-from inferix_core.branching import Branches, Future, new_arena, release_stream, start_stream
+from inferix_core.branching import Branches, Future, new_arena, plan_futures, release_stream, start_stream
 from inferix_core.pipeline.batched import denoise_streams
 
 VIDEO_FRAMES_PER_LATENT = 4
@@ -109,12 +110,15 @@ def bench_forks(pipe, context, h, w, forks: int, past: int, future: int, device)
         for _ in range(past):
             pipe.denoise_block(parent)
         t_past = time.perf_counter()
+        plan = plan_futures(pipe, parent, forks, future)  # the planner's count of what the forks will hold
+        arena.pool.peak_used = arena.pool.num_used_pages
         branches = Branches(pipe, parent, [Future(context=prompts[i + 1], seed=i + 1) for i in range(forks)])
         branches.run(future)
         if device.type == "cuda":
             torch.cuda.synchronize()
         t_future = time.perf_counter() - t_past
     stats = branches.stats()
+    peak_pages = arena.pool.peak_used
     branches.keep()
     release_stream(parent)
     del branches, parent, arena
@@ -141,6 +145,9 @@ def bench_forks(pipe, context, h, w, forks: int, past: int, future: int, device)
         "branched_kv_pages": stats["used_pages"],
         "branched_kv_gib": stats["used_pages"] * page_gib,
         "page_copies": stats["page_copies"],
+        "planned_kv_pages": plan.num_pages,  # the past once + N × one future's own pages (plan_forks)
+        "peak_kv_pages": peak_pages,  # the most pages the arena held while the futures ran
+        "planned_gib": plan.total_bytes / 2**30,  # weights + N-batch activations + KV, vs branched_peak_gib
         "separate_s": separate.seconds,
         "separate_peak_gib": separate.peak_gib,
         "separate_kv_pages": pages_separate,  # what the separate runs' caches hold, all kept at once
@@ -208,8 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(stream_rows, ["streams", "batched_fps", "batched_fps_per_stream", "sequential_fps",
                               "sequential_fps_per_stream", "speedup", "batched_peak_gib", "sequential_peak_gib"]))  # fmt: skip
     print(f"\n{args.forks} forks from one state vs {args.forks} separate runs")
-    print(table([fork_row], ["forks", "branched_s", "separate_s", "speedup", "branched_peak_gib",
-                             "separate_peak_gib", "branched_kv_gib", "separate_kv_gib", "page_copies"]))  # fmt: skip
+    print(table([fork_row], ["forks", "branched_s", "separate_s", "speedup", "branched_peak_gib", "planned_gib",
+                             "separate_peak_gib", "branched_kv_gib", "separate_kv_gib", "page_copies",
+                             "planned_kv_pages", "peak_kv_pages"]))  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0

@@ -23,7 +23,14 @@ from .cache import KVCacheConfig, MemoryPlan, plan_memory
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from .controls import ControlChannel
 from .errors import CacheBudgetError, ConfigError, GenerationInterruptedError, ShapeMismatchError
-from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image, takes_start_image
+from .image_world import (
+    MatrixGameInputs,
+    StartImageInputs,
+    image_world_extra,
+    resume_image_world,
+    takes_prompt_and_image,
+    takes_start_image,
+)
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, PipelineHooks, SamplingConfig
 from .profiling import NullProfiler, Profiler
@@ -484,8 +491,13 @@ def _resolve_inputs(
     start_frames,
     start_image,
     clip_vision,
+    world_state: WorldState | None = None,
 ) -> _RunInputs:
-    """Step 1: geometry, schedules, start frames and actions; everything that can fail on settings fails here."""
+    """Step 1: geometry, schedules, start frames and actions; everything that can fail on settings fails here.
+
+    With `world_state` an image-started (Matrix-Game) run checks its start image against the saved world's and
+    continues the saved action track with `actions` (the rest of the track, `MatrixGameInputs.fill`).
+    """
     lat_h, lat_w = latent_size(world_model, width, height)
     timing = block_timing(world_model, sampling)
     switches = prompt.switch_blocks(num_blocks, timing) if isinstance(prompt, PromptSchedule) else []
@@ -507,7 +519,11 @@ def _resolve_inputs(
         if num_initial or isinstance(prompt, PromptSchedule):
             raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
         image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
-        image_inputs.fill(actions, num_blocks, sampling.block_frames, timing)
+        start_block = 0
+        if world_state is not None:  # the saved rows first, after checking the image is the world's
+            resume_image_world(image_inputs, world_state)
+            start_block = world_state.next_block
+        image_inputs.fill(actions, num_blocks, sampling.block_frames, timing, start_block=start_block)
         # (start, n) → MatrixGameBlockInput, read by every call of the block
         per_block = (
             functools.partial(image_inputs.live_block, actions)
@@ -640,15 +656,18 @@ def generate_video(
     sinks = list(sinks)
     prof = profiler if profiler is not None else NullProfiler()
     try:
+        if world_state is not None and world_state.family != world_model.family:
+            raise ConfigError(f"this world state is of a '{world_state.family}' model; load it with that model, not "
+                              f"'{world_model.family}'")  # fmt: skip
         # 1. geometry, schedules, start frames, actions and the decoder: settings fail before any model work
         run = _resolve_inputs(
             world_model, prompt, num_blocks=num_blocks, width=width, height=height, sampling=sampling,
             actions=actions, initial_latents=initial_latents, start_frames=start_frames,
-            start_image=start_image, clip_vision=clip_vision,
+            start_image=start_image, clip_vision=clip_vision, world_state=world_state,
         )  # fmt: skip
         if world_state is not None:
             num_initial = 0 if run.initial_latents is None else run.initial_latents.shape[1]
-            _check_resumable(world_model, world_state, num_initial, start_image, (run.lat_h, run.lat_w))
+            _check_resumable(world_model, world_state, num_initial, (run.lat_h, run.lat_w))
         first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
         prof.on_run_start(_run_info(world_model, width, height, num_blocks, seed, sampling, cache))
         # 2. text conditioning (or an image model's CLIP tokens)
@@ -670,7 +689,8 @@ def generate_video(
             resume_state, stream = _resume(world_state, pipe, identity, stream, decoder)
             resume_history = history_from(world_state, pipe.device)
             saved = world_state.tensors.get("extra.context")
-            if saved is None or not torch.equal(saved.to(context.device, context.dtype), context):
+            image_world = isinstance(run.image_inputs, MatrixGameInputs)  # its tokens were checked: no prompt switch
+            if not image_world and (saved is None or not torch.equal(saved.to(context.device, context.dtype), context)):
                 log.info("the resumed world continues under a new prompt from its block %d", world_state.next_block)
                 schedule = [(0, context)] + [(b, c) for b, c in schedule if b != 0]
             if isinstance(actions_in, torch.Tensor):  # the pipeline reads actions at absolute frames
@@ -701,26 +721,24 @@ def generate_video(
     result = _run_blocks(pipe, request, stream, sinks, hooks, prof, world_model.fps)
     if keep_world_state:
         meta, hist = history_tensors(pipe.stream_history)
+        extra = {"history": meta, "decoder_kind": decoder if stream is not None else None}
+        if isinstance(run.image_inputs, MatrixGameInputs):  # the action rows read so far, the start image's prints
+            extra["image_world"], rows = image_world_extra(run.image_inputs, pipe.stream_state.next_frame)
+            hist.update(rows)
         result.world_state = capture_world_state(
-            pipe, pipe.stream_state, identity=identity, decoder=stream,
-            extra={"history": meta, "decoder_kind": decoder if stream is not None else None},
+            pipe, pipe.stream_state, identity=identity, decoder=stream, extra=extra,
             extra_tensors={"context": _context_in_force(context, schedule, num_blocks), **hist},
         )  # fmt: skip
     return result
 
 
-def _check_resumable(world_model: WorldModel, world: WorldState, num_initial: int, start_image, lat_hw) -> None:
+def _check_resumable(world_model: WorldModel, world: WorldState, num_initial: int, lat_hw) -> None:
     """One-line refusals of a resume that cannot continue the saved world (model checks: load_world_state)."""
     if world.family != world_model.family:
         raise ConfigError(f"this world state is of a '{world.family}' model; load it with that model, not "
                           f"'{world_model.family}'")  # fmt: skip
     if num_initial:
         raise ConfigError("a resumed world continues from its own frames; pass no start frames")
-    if start_image is not None or takes_start_image(world_model):
-        raise ConfigError(
-            "resuming an image-started model (Matrix-Game 2.0) in one generation call is not supported yet: its "
-            "action track is not in the state; use world_state.load_world_state with your own conditioning"
-        )
     saved = tuple(world.header["settings"]["latent_size"])
     if saved != tuple(lat_hw):
         raise ConfigError(

@@ -16,6 +16,14 @@ the others, whose pages go back to the arena's pool.
 
 Each fork equals the same run done alone (a stream continued from the parent with the fork's prompt,
 actions and seed) to within the batch's matmul rounding (tests/test_branching.py).
+
+Image-started and recompute models: a Wan 2.1 I2V fork keeps the start image's K/V (also under a new prompt)
+and takes its cond_concat per block as its actions (`StartImageInputs.for_block`). Krea's KV recompute
+rebuilds each block's cache from the stream's clean context latents, so there is no past to share: each fork
+gets those latents, a fresh cache and (keep_first_frame=False) a fork of the pixel window and decoder cache the
+first context frame is re-encoded from, and the forks run one after another (bitwise each run alone).
+Matrix-Game's keyboard/mouse action caches are not in the arena: such a stream is refused, with the reason
+(tests/test_branching_image_worlds.py).
 """
 
 from __future__ import annotations
@@ -25,23 +33,26 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from .cache import create_kv_cache
 from .cache.paged import planned_pages
+from .cache.planner import ForkPlan, plan_forks
 from .cache.shared import PageArena, StreamKVCache
 from .cache.spec import KVCacheConfig, KVCacheSpec
 from .conditioning import encode_prompt, latent_size
 from .errors import ConfigError, ShapeMismatchError
-from .image_world import takes_start_image
+from .image_world import StartImageInputs, takes_prompt_and_image, takes_start_image
 from .models.registry import WorldModel
 from .parallel import head_shards
 from .pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
 from .pipeline.batched import denoise_streams
 from .pipeline.block_diffusion import StreamState
 from .tensors import to_device_async
+from .vae.pixel_window import PixelWindowEncoder
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +103,7 @@ def start_stream(
     seed: int = 0,
     arena: PageArena | None = None,
     noise=None,
+    image_context: torch.Tensor | None = None,
 ) -> StreamState:
     """A fresh batch-1 stream whose pages live in `arena` (a new one when None): forkable and batchable.
 
@@ -107,7 +119,8 @@ def start_stream(
             "this page arena was built for another model or latent size; a stream at "
             f"{latent_height}×{latent_width} latents needs its own arena"
         )
-    text = pipe.model.prepare_context(to_device_async(context, pipe.device))
+    image = () if image_context is None else (to_device_async(image_context, pipe.device),)  # Wan 2.1 I2V's CLIP tokens
+    text = pipe.model.prepare_context(to_device_async(context, pipe.device), *image)
     noise = noise if noise is not None else SeededNoise(seed)
     return StreamState(arena.new_stream(), text, noise, latent_height, latent_width, 1)
 
@@ -200,6 +213,7 @@ class Fork:
     state: StreamState
     origin_frame: int  # the fork point (absolute latent frame)
     blocks: list[torch.Tensor] = field(default_factory=list)  # the fork's clean latents (1, n, C, H, W) per block
+    encoder: Any = None  # Krea's keep_first_frame=False: this fork's pixel window (a PixelWindowEncoder fork)
 
     def actions(self, block_frames: int) -> torch.Tensor | None:
         a, start = self.future.actions, self.state.next_frame
@@ -221,11 +235,69 @@ class Fork:
         return torch.cat(self.blocks, dim=1)
 
 
-class Branches:
-    """N forks of one stream state, stepped as one batch; see the module docstring."""
+def check_branchable(pipe: BlockDiffusionPipeline) -> None:
+    """Refuse, in one line naming the reason, a model whose streams cannot be forked yet (before anything is forked)."""
+    if getattr(pipe.model.config, "action_config", None) is not None:
+        raise ConfigError(
+            "a Matrix-Game world cannot branch yet: its keyboard/mouse action caches are not pages of the arena (no "
+            "copy-on-write) and each future needs its own action track; save the world and resume it once per future"
+        )
 
-    def __init__(self, pipe: BlockDiffusionPipeline, parent: StreamState, futures: list[Future]):
-        if not isinstance(parent.cache, StreamKVCache):
+
+def _prompt_kv(pipe: BlockDiffusionPipeline, parent_text, context: torch.Tensor):
+    """A fork's prompt K/V; a Wan 2.1 I2V stream's start-image K/V are kept beside the new prompt's."""
+    ctx = to_device_async(context, pipe.device)
+    if getattr(parent_text, "image_keys", None) is not None:
+        return pipe.model.prepare_context(ctx, keep_image_of=parent_text)
+    return pipe.model.prepare_context(ctx)
+
+
+def plan_futures(
+    pipe: BlockDiffusionPipeline,
+    parent: StreamState,
+    num_futures: int,
+    future_blocks: int | None,
+    *,
+    budget_bytes: int | None = None,
+    decoder_bytes: int = 0,
+) -> ForkPlan:
+    """The memory planner's count for `num_futures` futures of `parent` (`cache.planner.plan_forks`): the pages
+    in use now once (the common past) + N × one future's new pages, N streams' activations and decoders.
+    `future_blocks` may be None for a windowed cache (a future then holds at most a window of own pages)."""
+    n = pipe.sampling.block_frames
+    if future_blocks is None:
+        if pipe.cache_config.is_global:
+            raise ConfigError("planning futures of a global-attention stream needs future_blocks (their length)")
+        future_blocks = -(-pipe.cache_config.window_frames // n) + 1
+    used = parent.cache.arena.pool.num_used_pages if isinstance(parent.cache, StreamKVCache) else None
+    return plan_forks(
+        pipe.model.config, parent.latent_height, parent.latent_width, pipe.cache_config, num_futures=num_futures,
+        past_frames=parent.next_frame, future_frames=future_blocks * n, dtype=pipe.dtype, block_frames=n,
+        budget_bytes=budget_bytes, decoder_bytes=decoder_bytes, shared_pages=used,
+    )  # fmt: skip
+
+
+class Branches:
+    """N forks of one stream state, stepped as one batch; see the module docstring.
+
+    With `budget_bytes`, the memory planner admits the N futures first (`plan_futures`: the shared past once
+    + N × their new pages and working sets) and refuses, naming the largest N that fits, before anything is
+    forked or allocated; the arena is then grown once to the planned pages, so no future grows it mid-run.
+    """
+
+    def __init__(
+        self,
+        pipe: BlockDiffusionPipeline,
+        parent: StreamState,
+        futures: list[Future],
+        *,
+        budget_bytes: int | None = None,
+        future_blocks: int | None = None,
+        decoder_bytes: int = 0,
+    ):
+        check_branchable(pipe)
+        self.recompute = bool(pipe.sampling.kv_recompute_frames)  # Krea: per-fork caches, run one after another
+        if not self.recompute and not isinstance(parent.cache, StreamKVCache):
             raise ConfigError(
                 f"branching needs a stream whose pages live in a page arena, not a {type(parent.cache).__name__}; "
                 "start it with inferix_core.branching.start_stream"
@@ -233,21 +305,31 @@ class Branches:
         if not futures:
             raise ConfigError("branching needs at least one Future")
         self.pipe, self.parent = pipe, parent
+        self.plan: ForkPlan | None = None
+        if budget_bytes is not None and not self.recompute:
+            self.plan = plan_futures(pipe, parent, len(futures), future_blocks, budget_bytes=budget_bytes,
+                                     decoder_bytes=decoder_bytes).check()  # fmt: skip
+            parent.cache.arena.grow(self.plan.num_pages)
         self.forks: list[Fork] = []
+        if parent.clean_prefix is not None:
+            raise ConfigError("this stream holds clean first latents for its next block; branch after that block")
         for i, fut in enumerate(futures):
-            text = parent.text
-            if fut.context is not None:
-                text = pipe.model.prepare_context(to_device_async(fut.context, pipe.device))
+            text = parent.text if fut.context is None else _prompt_kv(pipe, parent.text, fut.context)
             noise = clone_noise(parent.noise) if fut.seed is None else SeededNoise(fut.seed)
+            # Krea: the cache is rebuilt from the context latents every block, so a fork needs only a fresh one
+            cache = create_kv_cache(pipe.cache_config, parent.cache.spec) if self.recompute else parent.cache.fork()
             state = StreamState(
-                parent.cache.fork(), text, noise, parent.latent_height, parent.latent_width, 1,
-                parent.next_frame, parent.next_block,
-            )  # fmt: skip
+                cache, text, noise, parent.latent_height, parent.latent_width, 1, parent.next_frame, parent.next_block
+            )
+            state.first_latent, state.recent_latents = (
+                parent.first_latent,
+                parent.recent_latents,
+            )  # never written in place
+            encoder = None if pipe.first_frame_encoder is None else pipe.first_frame_encoder.fork()
             fut.name = fut.name or f"future {i}"
-            self.forks.append(Fork(fut, state, parent.next_frame))
-        log.info(
-            "branched %d futures at frame %d: %d pages shared", len(futures), parent.next_frame, len(parent.cache.table)
-        )
+            self.forks.append(Fork(fut, state, parent.next_frame, encoder=encoder))
+        shared = "none (KV recompute)" if self.recompute else len(parent.cache.table)
+        log.info("branched %d futures at frame %d: pages shared %s", len(futures), parent.next_frame, shared)
 
     @property
     def arena(self) -> PageArena:
@@ -262,7 +344,16 @@ class Branches:
         if not self.forks:
             raise ConfigError("no forks left to step (all were dropped)")
         n = self.pipe.sampling.block_frames
-        outs = denoise_streams(self.pipe, self.states, [f.actions(n) for f in self.forks])
+        if self.recompute:  # each fork's own cache rebuild and pixel window, one fork after another
+            outs, own = [], self.pipe.first_frame_encoder
+            try:
+                for fork in self.forks:
+                    self.pipe.first_frame_encoder = fork.encoder
+                    outs.append(self.pipe.denoise_block(fork.state, fork.actions(n)))
+            finally:
+                self.pipe.first_frame_encoder = own
+        else:
+            outs = denoise_streams(self.pipe, self.states, [f.actions(n) for f in self.forks])
         for fork, out in zip(self.forks, outs, strict=True):
             fork.blocks.append(out.latents)
         return outs
@@ -279,10 +370,16 @@ class Branches:
         if bad:
             raise ConfigError(f"fork index {bad[0]} does not exist; there are {len(self.forks)} forks")
         kept = [self.forks[i] for i in sorted(set(indices))]
+        if len(kept) > 1 and kept[0].encoder is not None:
+            raise ConfigError(
+                "the pipeline re-encodes from one pixel window (Krea's keep_first_frame=False); keep one fork"
+            )
         for fork in self.forks:
             if fork not in kept:
-                fork.state.cache.release()
+                release_stream(fork.state)
         self.forks = kept
+        if kept and kept[0].encoder is not None:  # the kept fork goes on through pipe.denoise_block: its window
+            self.pipe.first_frame_encoder = kept[0].encoder
         return [f.state for f in kept]
 
     def drop(self, index: int) -> None:
@@ -290,6 +387,9 @@ class Branches:
         self.keep(*[i for i in range(len(self.forks)) if i != index])
 
     def stats(self) -> dict:
+        if self.recompute:  # nothing shared: each fork rebuilds its cache from its own context latents
+            return {"forks": len(self.forks), "fork_frame": self.forks[0].origin_frame if self.forks else None,
+                    "own_pages": [], "kv_recompute": True}  # fmt: skip
         arena = self.arena.stats()
         return {
             "forks": len(self.forks),
@@ -351,13 +451,24 @@ def branch_video(
     cache: KVCacheConfig | None = None,
     sampling: SamplingConfig | None = None,
     decode: bool = True,
+    start_image: Any = None,
+    clip_vision: Any = None,
+    budget_bytes: int | None = None,
 ) -> BranchedVideo:
     """Generate `past_blocks` under `prompt`, fork one future per entry of `futures` (a prompt, or None to
     keep `prompt`) and run them batched for `future_blocks` blocks; decode the past once and each future
     from the past's decoder state. `future_seeds[i]` None continues the past's noise; default seed + 1 + i.
+
+    A Wan 2.1 I2V model takes `start_image` and `clip_vision` (every future keeps the image); Krea's KV
+    recompute runs its futures one after another, each with its own context latents and pixel window.
+    With `budget_bytes` the planner admits the futures before anything runs (`cache.planner.plan_forks`):
+    too many are refused naming the largest number that fits; the arena is sized to the plan.
     """
-    if takes_start_image(world_model):
-        raise ConfigError("branching an image-started world (Matrix-Game) is not supported yet")
+    if takes_start_image(world_model) and not takes_prompt_and_image(world_model):
+        raise ConfigError(
+            "a Matrix-Game world cannot branch yet: its keyboard/mouse action caches are not pages of the arena (no "
+            "copy-on-write) and each future needs its own action track; save the world and resume it once per future"
+        )
     if not futures:
         raise ConfigError("give at least one future (a prompt, or None to keep the past's)")
     if past_blocks < 1 or future_blocks < 1:
@@ -368,13 +479,34 @@ def branch_video(
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
     lat_h, lat_w = latent_size(world_model, width, height)
-    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache)
     n = sampling.block_frames
-    arena = new_arena(pipe, lat_h, lat_w, streams=len(futures) + 1, max_frames=(past_blocks + future_blocks) * n)
-    parent = start_stream(pipe, encode_prompt(world_model, prompt), lat_h, lat_w, seed=seed, arena=arena)
-    past = torch.cat([pipe.denoise_block(parent).latents for _ in range(past_blocks)], dim=1)
+    plan = None
+    if not sampling.kv_recompute_frames:  # before anything is encoded or allocated: do the N futures fit?
+        plan = plan_forks(
+            world_model.config, lat_h, lat_w, cache, num_futures=len(futures), past_frames=past_blocks * n,
+            future_frames=future_blocks * n, dtype=world_model.dtype, block_frames=n, budget_bytes=budget_bytes,
+        ).check()  # fmt: skip
+    reencodes = bool(sampling.kv_recompute_frames) and not sampling.keep_first_frame
+    encoder = PixelWindowEncoder(world_model.vae, sampling.kv_recompute_frames) if reencodes else None
+    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache, encoder)
+    image = StartImageInputs(world_model, start_image, width, height, clip_vision) if takes_prompt_and_image(
+        world_model) else None  # fmt: skip
+    per_block = None if image is None else image.for_block  # Wan 2.1 I2V: cond_concat of each block's frames
+    context = encode_prompt(world_model, prompt)
+    if sampling.kv_recompute_frames:  # the cache is rebuilt every block: a plain stream, no arena
+        parent = pipe.start_stream(context, lat_h, lat_w, seed=seed)
+    else:
+        alone = planned_pages(cache, dataclasses.replace(stream_spec(pipe, lat_h, lat_w), max_frames=past_blocks * n))
+        arena = new_arena(pipe, lat_h, lat_w, num_pages=max(plan.num_pages, alone))
+        parent = start_stream(pipe, context, lat_h, lat_w, seed=seed, arena=arena,
+                              image_context=None if image is None else image.visual_context)  # fmt: skip
+    past = torch.cat(
+        [pipe.denoise_block(parent, None if per_block is None else per_block(b * n, n)).latents
+         for b in range(past_blocks)], dim=1,
+    )  # fmt: skip
     contexts = [None if f is None else encode_prompt(world_model, f) for f in futures]
-    branches = Branches(pipe, parent, [Future(context=c, seed=s) for c, s in zip(contexts, seeds, strict=True)])
+    branches = Branches(pipe, parent, [Future(context=c, seed=s, actions=per_block)
+                                       for c, s in zip(contexts, seeds, strict=True)])  # fmt: skip
     latents = branches.run(future_blocks)
     stats = branches.stats()
     branches.keep()
@@ -383,13 +515,24 @@ def branch_video(
     if decode:
         if world_model.vae is None:
             raise ConfigError("decode=True needs a VAE: pick a VAE file in Load World Model, or set decode=False")
-        decoder = world_model.vae.stream_decoder()
+        decoder = world_model.vae.stream_decoder(**({"krea_decoder": True} if reencodes else {}))  # as the loop decodes
         past_frames = pixels_to_frames(decoder.decode(past.permute(0, 2, 1, 3, 4)))
         future_frames = []
         for lat in latents:
             d = fork_decoder(decoder)  # the same VAE, the past's causal caches forked
             future_frames.append(pixels_to_frames(d.decode(lat.permute(0, 2, 1, 3, 4))))
     return BranchedVideo(past, latents, past_frames, future_frames, world_model.fps, stats)
+
+
+class WindowPixels:
+    """A stream decoder that hands on the pixels a pixel window (`vae.PixelWindowEncoder`) decoded in the loop:
+    a Krea fork's frames, decoded once (as `api.EncoderPixels` for a stream)."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder = encoder
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return self.encoder.last_pixels
 
 
 def fork_decoder(decoder):
@@ -405,10 +548,18 @@ class LiveBranch:
 
     def __init__(self, pipe: BlockDiffusionPipeline, state: StreamState, futures: list[Future], decoder=None):
         self.pipe = pipe
-        self.parent = adopt_stream(pipe, state)  # a plain cache is copied into an arena once
+        check_branchable(pipe)
+        recompute = bool(pipe.sampling.kv_recompute_frames)  # Krea: nothing to share, no arena (Branches)
+        self.parent = state if recompute else adopt_stream(pipe, state)  # a plain cache is copied into an arena once
         self._adopted = self.parent is not state  # then the caller's state still holds its own cache
         self.branches = Branches(pipe, self.parent, futures)
-        self.decoders = None if decoder is None else [fork_decoder(decoder) for _ in futures]
+        in_loop = decoder is not None and getattr(decoder, "encoder", None) is pipe.first_frame_encoder is not None
+        if decoder is None:
+            self.decoders = None
+        elif in_loop:  # Krea's keep_first_frame=False shows the pixels its loop decoded: each fork's own window's
+            self.decoders = [WindowPixels(f.encoder) for f in self.branches.forks]
+        else:
+            self.decoders = [fork_decoder(decoder) for _ in futures]
         self.frames: list[list[tuple[int, np.ndarray]]] = [[] for _ in futures]  # (block index, frames) per fork
 
     @property

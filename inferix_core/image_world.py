@@ -16,17 +16,28 @@ only glue the model side needs.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
 import torch
 
-from .controls import ActionTrack, Control, ControlChannel, ControlSpec, PixelFrameActions, block_rows, control_spec_of
+from .controls import (
+    ActionTrack,
+    Control,
+    ControlChannel,
+    ControlSpec,
+    PixelFrameActions,
+    block_rows,
+    control_spec_of,
+    parse_control,
+)
 from .errors import ConfigError
 from .image_conditioning import StartImageLatents, start_image_pixels
 from .models.wan.action_module import MatrixGameBlockInput
 from .models.wan.causal_transformer import StartImageBlockInput
 from .schedules import ActionSchedule, BlockTiming
+from .world_state import WorldState
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +100,29 @@ class MatrixGameInputs:
         self.visual_context = visual_tokens(clip_vision, self.pixels)
         self.track = ActionTrack(self.spec, world_model.temporal_compression)
 
-    def fill(self, actions: Any, num_blocks: int, block_frames: int, timing: BlockTiming) -> None:
-        """Write a finite run's action rows: an ActionSchedule, rows {"keyboard", "mouse"}, or None (no input)."""
-        if len(self.track):
+    def fill(self, actions: Any, num_blocks: int, block_frames: int, timing: BlockTiming, start_block: int = 0) -> None:
+        """Write a run's action rows: an ActionSchedule, rows {"keyboard", "mouse"}, or None (no input).
+
+        `start_block` > 0 continues a resumed world whose past rows are already in the track
+        (`resume_image_world`): the schedule's times then count from the first new block and the rows are
+        the rest of the track (the rows after the saved ones, 4 per latent frame).
+        """
+        first = 0 if start_block == 0 else block_rows(start_block * block_frames, block_frames, self.track.stride)[0]
+        if len(self.track) != first:
             raise ConfigError("the action track is already written")
         if isinstance(actions, ControlChannel):
             return  # written block by block from the channel (`live_block`)
-        if isinstance(actions, ActionSchedule):
+        if isinstance(actions, ActionSchedule) and start_block == 0:
             self.track = actions.action_track(self.spec, num_blocks, block_frames, timing, self.track.stride)
+            return
+        if isinstance(actions, ActionSchedule):
+            controls = [parse_control(self.spec, value) for _, value in actions.entries]
+            for b, k in enumerate(actions._entry_blocks(num_blocks, timing)):
+                self.track.write_block((start_block + b) * block_frames, block_frames, controls[k])
             return
         if actions is None:
             log.info("no actions given: every frame gets no key and no mouse movement")
-            for b in range(num_blocks):
+            for b in range(start_block, start_block + num_blocks):
                 self.track.write_block(b * block_frames, block_frames, Control())
             return
         if isinstance(actions, PixelFrameActions):
@@ -108,9 +130,11 @@ class MatrixGameInputs:
         if isinstance(actions, dict) and "keyboard" in actions:
             self.track.set_rows(torch.as_tensor(actions["keyboard"]).float(),
                                 None if actions.get("mouse") is None else torch.as_tensor(actions["mouse"]).float())  # fmt: skip
-            need = 1 + self.track.stride * (num_blocks * block_frames - 1)
-            if len(self.track) < need:
-                raise ConfigError(f"{num_blocks} blocks need {need} action rows (1 + 4·(F − 1)); got {len(self.track)}")
+            end = (start_block + num_blocks) * block_frames
+            need = block_rows(end - block_frames, block_frames, self.track.stride)[1] - first
+            if len(self.track) - first < need:
+                what = "(1 + 4·(F − 1))" if start_block == 0 else f"(4 per latent frame after block {start_block})"
+                raise ConfigError(f"{num_blocks} blocks need {need} action rows {what}; got {len(self.track) - first}")
             return
         raise ConfigError(
             "actions for a keyboard/mouse model are an Action Schedule ('0 | W', '2 | W+A yaw=0.1') or rows "
@@ -133,6 +157,67 @@ class MatrixGameInputs:
         as the model's own per-block input (the CLIP tokens go to the pipeline as its context)."""
         rows = self.track.for_block(start, num_frames)
         return MatrixGameBlockInput(self.start.cond_concat(start, num_frames), rows.keyboard, rows.mouse)
+
+
+def _digest(t: torch.Tensor) -> str:
+    """A fingerprint of a tensor's exact values (dtype, shape and bytes)."""
+    t = t.detach().to("cpu").contiguous()
+    h = hashlib.sha256(f"{t.dtype}:{tuple(t.shape)}".encode())
+    h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def image_world_extra(inputs: MatrixGameInputs, next_frame: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """What a saved Matrix-Game world needs beside its stream state, for `capture_world_state(extra=...)`:
+    the action rows its blocks read (the track up to its last generated frame) and fingerprints of the start
+    image's cond_concat latents and CLIP tokens, so a resume with another image is refused."""
+    rows = inputs.track.rows(0 if next_frame == 0 else block_rows(next_frame - 1, 1, inputs.track.stride)[1])
+    tensors = {"image_world.keyboard": rows.keyboard[0]}
+    if rows.mouse is not None:
+        tensors["image_world.mouse"] = rows.mouse[0]
+    meta = {
+        "variant": inputs.spec.variant,
+        "rows": int(rows.keyboard.shape[1]),
+        "start_latents": _digest(inputs.start.cond_concat(0, 1)),
+        "visual_context": _digest(inputs.visual_context.float()),
+    }
+    return meta, tensors
+
+
+def resume_image_world(inputs: MatrixGameInputs, world: WorldState) -> None:
+    """Check that `inputs` (the start image and its CLIP tokens given again) are the saved world's and put the
+    saved action rows into the track, so the next block reads the same rows as the uninterrupted run.
+
+    Raises a one-line ConfigError for a world saved without them (stream level), another variant, start image
+    or CLIP tokens, or rows that do not end at the world's next frame.
+    """
+    meta = world.header["extra"].get("image_world")
+    if meta is None or "extra.image_world.keyboard" not in world.tensors:
+        raise ConfigError(
+            "this world state has no Matrix-Game action track (saved at the stream level?); resume it with "
+            "world_state.load_world_state and your own conditioning, or save it from generate_video or a session"
+        )
+    if meta["variant"] != inputs.spec.variant:
+        raise ConfigError(
+            f"this world was saved with the {meta['variant']} controls; this model has {inputs.spec.variant}"
+        )
+    if meta["start_latents"] != _digest(inputs.start.cond_concat(0, 1)):
+        raise ConfigError(
+            "this world was started from another start image (or VAE); give the saved world's start image"
+        )
+    if meta["visual_context"] != _digest(inputs.visual_context.float()):
+        raise ConfigError("this world was started with other CLIP vision tokens; give the saved world's clip_vision")
+    next_frame = world.header["position"]["next_frame"]
+    expected = 0 if next_frame == 0 else block_rows(next_frame - 1, 1, inputs.track.stride)[1]
+    if meta["rows"] != expected:
+        raise ConfigError(
+            f"the saved action track has {meta['rows']} rows; a world at frame {next_frame} needs {expected}"
+        )
+    if len(inputs.track):
+        raise ConfigError("the action track is already written; resume a world before writing actions")
+    mouse = world.tensors.get("extra.image_world.mouse")
+    if expected:
+        inputs.track.set_rows(world.tensors["extra.image_world.keyboard"], mouse)
 
 
 class StartImageInputs:
@@ -160,6 +245,6 @@ class StartImageInputs:
 
 
 __all__ = [
-    "DEFAULT_SIZE", "MatrixGameInputs", "StartImageInputs", "takes_prompt_and_image", "takes_start_image",
-    "visual_tokens",
+    "DEFAULT_SIZE", "MatrixGameInputs", "StartImageInputs", "image_world_extra", "resume_image_world",
+    "takes_prompt_and_image", "takes_start_image", "visual_tokens",
 ]  # fmt: skip

@@ -197,14 +197,15 @@ class MultiStreamEngine:
     def active(self) -> list[Stream]:
         return [s for s in self.streams.values() if not s.stopped]
 
-    def _max_frames(self, extra: StreamRequest | None) -> int | None:
+    def _max_frames(self, extra: StreamRequest | list[StreamRequest] | None) -> int | None:
         if not self.pipe.cache_config.is_global:
             return None
-        reqs = [s.request for s in self.active] + ([extra] if extra is not None else [])
+        more = extra if isinstance(extra, list) else [] if extra is None else [extra]
+        reqs = [s.request for s in self.active] + more
         n = self.pipe.sampling.block_frames
         return max(r.num_blocks * n for r in reqs) if reqs else None
 
-    def plan(self, num_streams: int, extra: StreamRequest | None = None) -> MemoryPlan:
+    def plan(self, num_streams: int, extra: StreamRequest | list[StreamRequest] | None = None) -> MemoryPlan:
         """The planner's estimate for `num_streams` streams batched (each a batch row)."""
         return plan_memory(
             self.pipe.model.config,
@@ -219,23 +220,53 @@ class MultiStreamEngine:
             vae_bytes=self.decoder_bytes * num_streams,
         )
 
-    def admit(self, request: StreamRequest, sink: FrameSink) -> int:
-        """Start a stream if it fits beside the live ones; returns its id. Raises CacheBudgetError naming why not."""
-        name = request.name or f"stream {self._next_id}"
-        request.name = name
+    def _fits(self, plan: MemoryPlan) -> bool:
+        return plan.feasible and plan.chosen == self.pipe.cache_config
+
+    def _name(self, request: StreamRequest, offset: int = 0) -> str:
+        request.name = request.name or f"stream {self._next_id + offset}"
         if request.num_blocks is None and self.pipe.cache_config.is_global:
             raise ConfigError(
-                f"stream '{name}' has no num_blocks but the KV cache is global (window_frames=-1) and would grow "
-                "without bound; give num_blocks or a window"
+                f"stream '{request.name}' has no num_blocks but the KV cache is global (window_frames=-1) and would "
+                "grow without bound; give num_blocks or a window"
             )
+        return request.name
+
+    def admit(self, request: StreamRequest, sink: FrameSink) -> int:
+        """Start a stream if it fits beside the live ones; returns its id. Raises CacheBudgetError naming why not."""
+        name = self._name(request)
         n = len(self.active) + 1
         plan = self.plan(n, request)
-        if not plan.feasible or plan.chosen != self.pipe.cache_config:
+        if not self._fits(plan):
             why = plan.message or "the planner would change the cache settings"
             raise CacheBudgetError(
                 f"stream '{name}' refused: {n} streams batched need more than the budget of "
                 f"{(self.budget_bytes or 0) / 2**30:.2f} GiB. {why}"
             )
+        return self._start(request, sink, plan)
+
+    def admit_many(self, streams: list[tuple[StreamRequest, FrameSink]]) -> list[int]:
+        """Start several streams at once, or none: the planner counts all of them beside the live ones first and
+        refuses (CacheBudgetError, before anything is allocated) naming how many of them would fit."""
+        if not streams:
+            return []
+        reqs = [r for r, _ in streams]
+        for i, r in enumerate(reqs):
+            self._name(r, i)
+        live = len(self.active)
+        plan = self.plan(live + len(reqs), reqs)
+        if not self._fits(plan):
+            fit = next((k for k in range(len(reqs) - 1, 0, -1) if self._fits(self.plan(live + k, reqs[:k]))), 0)
+            why = plan.message or "the planner would change the cache settings"
+            raise CacheBudgetError(
+                f"{len(reqs)} streams refused: {live + len(reqs)} streams batched need more than the budget of "
+                f"{(self.budget_bytes or 0) / 2**30:.2f} GiB; at most {fit} of them fit beside the {live} live "
+                f"stream(s): admit {fit} or fewer. {why}"
+            )
+        return [self._start(r, sink, plan) for r, sink in streams]
+
+    def _start(self, request: StreamRequest, sink: FrameSink, plan: MemoryPlan) -> int:
+        name, n = request.name, len(self.active) + 1
         state = start_stream(self.pipe, request.context, self.latent_height, self.latent_width,
                              seed=request.seed, arena=self.arena)  # fmt: skip
         sid = self._next_id

@@ -34,13 +34,19 @@ from .api import (
     run_pipeline,
     run_stream_decoder,
 )
-from .branching import Future, LiveBranch
+from .branching import Future, LiveBranch, check_branchable
 from .cache import KVCacheConfig
 from .conditioning import encode_start_frames
 from .controls import Control, LiveControls, block_rows
 from .errors import ConfigError
 from .image_conditioning import resized_image_frames
-from .image_world import MatrixGameInputs, StartImageInputs, takes_prompt_and_image
+from .image_world import (
+    MatrixGameInputs,
+    StartImageInputs,
+    image_world_extra,
+    resume_image_world,
+    takes_prompt_and_image,
+)
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
@@ -173,13 +179,10 @@ class InteractiveSession:
             if clip_vision is not None:
                 log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
         elif is_image_run(world_model, start_image):
-            if world_state is not None:
-                raise ConfigError(
-                    "resuming an image-started model (Matrix-Game 2.0) session is not supported yet: its action "
-                    "track is not in the state; continue it with world_state.load_world_state and your conditioning"
-                )
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
+            if world_state is not None:  # the saved action rows, after checking the start image is the world's
+                resume_image_world(self._image, world_state)
         spec = self._image.spec if self._image is not None else None
         self.inputs = inputs if inputs is not None else InputQueue(set(world_model.action_names), controls=spec)
         self.profiler = profiler if profiler is not None else NullProfiler()
@@ -256,14 +259,12 @@ class InteractiveSession:
                 f"block {self.state.next_block} was interrupted half-way, so its KV cache is half written; a world "
                 "can only be saved between blocks (stop with the page's stop button, a save input or --max-blocks)"
             )
-        if self._image is not None:
-            raise ConfigError(
-                "saving an image-started model (Matrix-Game 2.0) session is not supported yet (its action track "
-                "is not in the state); save the stream with world_state.save_world_state and keep the track"
-            )
         meta, hist = history_tensors([(b.start, b.latents, b.action) for b in self._history])
         extra = {"history": meta, "prompt": self.prompt, "last_action": self._last_action,
                  "decoder_kind": self._decoder_kind if self._decoder is not None else None}  # fmt: skip
+        if self._image is not None:  # Matrix-Game: the action rows read so far and the start image's prints
+            extra["image_world"], rows = image_world_extra(self._image, self.state.next_frame)
+            hist.update(rows)
         return capture_world_state(
             self.pipeline, self.state, identity=self._identity(), decoder=self._decoder, extra=extra,
             extra_tensors={"context": self._context, **hist},
@@ -612,8 +613,10 @@ class InteractiveSession:
         if self._branch is not None:
             log.warning("already branched at block %d; pick a future first", self.state.next_block)
             return False
-        if self._image is not None:
-            log.warning("image-started (keyboard/mouse) models cannot branch yet; branch ignored")
+        try:
+            check_branchable(self.pipeline)  # Matrix-Game: refused with the reason, the stream goes on
+        except ConfigError as exc:
+            log.warning("cannot branch here: %s", exc)
             return False
         futures = list(futures)[:MAX_FUTURES]
         if not futures:

@@ -126,7 +126,15 @@ def _noise_tensors(noise) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 def _decoder_tensors(decoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The streaming decoder's state: the Wan VAE's causal conv caches, or the tiny VAE's last features."""
+    """The streaming decoder's state: the Wan VAE's causal conv caches, or the tiny VAE's last features.
+
+    A decoder without a state of its own hands on the pixels Krea's pixel window decoded in the loop
+    (`api.EncoderPixels`): that window is saved with the pipeline (`_window_tensors`).
+    """
+    if not hasattr(decoder, "state"):
+        if getattr(decoder, "encoder", None) is None:
+            raise ConfigError(f"cannot save the state of a {type(decoder).__name__} decoder; save without decoder=")
+        return {}, {"kind": "pixel_window"}
     s = decoder.state
     if type(s) is TinyDecodeState:
         tensors = {} if s.previous is None else {"decoder.previous": s.previous}
@@ -140,6 +148,27 @@ def _decoder_tensors(decoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     meta = {"kind": "wan", "latent_frames_in": s.latent_frames_in, "frames_out": s.frames_out,
             "frames_to_drop": s.frames_to_drop, "caches": caches}  # fmt: skip
     return tensors, meta
+
+
+def _window_tensors(encoder) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Krea's keep_first_frame=False pixel window (`vae.PixelWindowEncoder`): its kept pixel frames, the last
+    block's pixels and its block decoder's causal caches, so the resumed run re-encodes the same first frame."""
+    dec_t, dec_meta = _decoder_tensors(encoder.decoder)
+    tensors = {f"window.{k}": v for k, v in dec_t.items()}
+    for i, frame in enumerate(encoder.frames):
+        tensors[f"window.frame.{i}"] = frame
+    if encoder.last_pixels is not None:
+        tensors["window.last_pixels"] = encoder.last_pixels
+    meta = {"frames": len(encoder.frames), "last_pixels": encoder.last_pixels is not None, "decoder": dec_meta}
+    return tensors, meta
+
+
+def _restore_window(encoder, meta: dict, tensors: dict, device) -> None:
+    encoder.reset()
+    _restore_decoder(encoder.decoder, meta["decoder"], {k[len("window.") :]: v for k, v in tensors.items()
+                                                        if k.startswith("window.decoder.")}, device)  # fmt: skip
+    encoder.frames.extend(tensors[f"window.frame.{i}"].to(device) for i in range(meta["frames"]))
+    encoder.last_pixels = tensors["window.last_pixels"].to(device) if meta["last_pixels"] else None
 
 
 @dataclass(frozen=True)
@@ -199,12 +228,18 @@ def capture_world_state(
     tensors.update({f"extra.{k}": v for k, v in (extra_tensors or {}).items()})
     for i, (k, v) in enumerate(zip(state.text.keys, state.text.values, strict=True)):
         tensors[f"text.k.{i}"], tensors[f"text.v.{i}"] = k, v
+    if getattr(state.text, "image_keys", None) is not None:  # Wan 2.1 I2V: the start image's K/V beside the prompt's
+        for i, (k, v) in enumerate(zip(state.text.image_keys, state.text.image_values, strict=True)):
+            tensors[f"text.ik.{i}"], tensors[f"text.iv.{i}"] = k, v
     noise_t, noise_meta = _noise_tensors(state.noise)
     tensors.update(noise_t)
-    decoder_meta = None
+    decoder_meta = window_meta = None
     if decoder is not None:
         dec_t, decoder_meta = _decoder_tensors(decoder)
         tensors.update(dec_t)
+    if pipe.first_frame_encoder is not None:  # Krea's keep_first_frame=False: the window it re-encodes from
+        win_t, window_meta = _window_tensors(pipe.first_frame_encoder)
+        tensors.update(win_t)
     header = {
         "format": FORMAT,
         "identity": identity,
@@ -212,6 +247,7 @@ def capture_world_state(
         "cache": cache_meta,
         "noise": noise_meta,
         "decoder": decoder_meta,
+        "pixel_window": window_meta,
         "position": {
             "next_frame": state.next_frame,
             "next_block": state.next_block,
@@ -338,10 +374,11 @@ def load_world_state(
     settings = header["settings"]
     _refuse_mismatch("sampling", settings["sampling"], json.loads(json.dumps(dataclasses.asdict(pipe.sampling))))
     h, w = settings["latent_size"]
-    fresh = pipe.start_stream(
-        torch.zeros(settings["batch_size"], 1, pipe.model.config.context_dim, dtype=pipe.dtype),
-        h, w, batch_size=settings["batch_size"], max_frames=None,
-    )  # fmt: skip
+    b, cfg = settings["batch_size"], pipe.model.config
+    image = torch.zeros(b, 1, cfg.clip_dim, dtype=pipe.dtype) if getattr(cfg, "has_image_input", False) else None
+    fresh = pipe.start_stream(  # the cache only: its prompt (and Wan I2V image) K/V are replaced by the saved ones
+        torch.zeros(b, 1, cfg.context_dim, dtype=pipe.dtype), h, w, batch_size=b, max_frames=None, image_context=image
+    )
     here = cache_identity(pipe.cache_config, fresh.cache.spec, fresh.cache)
     _refuse_mismatch("KV cache settings", settings["cache"], here)
     cache = fresh.cache
@@ -352,12 +389,22 @@ def load_world_state(
     text = CrossAttentionCache(
         [tensors[f"text.k.{i}"].to(dev) for i in range(n)], [tensors[f"text.v.{i}"].to(dev) for i in range(n)]
     )
+    if "text.ik.0" in tensors:  # Wan 2.1 I2V: the start image's K/V
+        text.image_keys = [tensors[f"text.ik.{i}"].to(dev) for i in range(n)]
+        text.image_values = [tensors[f"text.iv.{i}"].to(dev) for i in range(n)]
+    elif getattr(pipe.model.config, "has_image_input", False):
+        raise ConfigError("this world state holds no start-image K/V but this model (Wan 2.1 I2V) needs them")
     noise = ResumedNoise(0, device=header["noise"]["device"])
     noise.generator.set_state(tensors["noise.generator"])
     upfront = tensors.get("noise.upfront")
     noise._upfront = None if upfront is None else upfront.to(noise.device)
     if decoder is not None:
         _restore_decoder(decoder, header["decoder"], tensors, dev)
+    if pipe.first_frame_encoder is not None:
+        if header.get("pixel_window") is None:
+            raise ConfigError("this world state holds no pixel window for Krea's keep_first_frame=False re-encode; "
+                              "save it again with this Inferix, or resume with keep_first_frame=True")  # fmt: skip
+        _restore_window(pipe.first_frame_encoder, header["pixel_window"], tensors, dev)
     pos = header["position"]
     pipe.kv_cache = cache
     state = StreamState(cache, text, noise, h, w, settings["batch_size"], pos["next_frame"], pos["next_block"])
@@ -376,9 +423,14 @@ def _restore_decoder(decoder, meta: dict | None, tensors: dict, device) -> None:
     from .vae.streaming import DecodeState
 
     kind = meta.get("kind", "wan")
-    here = "tiny" if type(decoder.state) is TinyDecodeState else "wan"
+    if not hasattr(decoder, "state"):  # the loop's own pixels (Krea's window, restored with the pipeline)
+        here = "pixel_window"
+    else:
+        here = "tiny" if type(decoder.state) is TinyDecodeState else "wan"
     if kind != here:
         raise ConfigError(f"this world state holds a {kind} VAE decoder's cache; this run decodes with a {here} VAE")
+    if kind == "pixel_window":
+        return
     if kind == "tiny":
         prev = tensors.get("decoder.previous")
         decoder.state = TinyDecodeState(None if prev is None else prev.to(device).clone(), meta["latent_frames_in"])

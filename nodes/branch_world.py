@@ -132,7 +132,8 @@ class InferixBranchWorld(io.ComfyNode):
             raise ConfigError(parsed)
         if not 0 <= keep < len(parsed):
             raise ConfigError(f"keep={keep} but there are {len(parsed)} futures (0..{len(parsed) - 1})")
-        # one stream's plan of the whole length; the futures add only their own blocks' pages
+        # one stream's plan of the whole length (its budget); branch_video then admits the N futures against it:
+        # the past's pages once + N × their own, naming the largest N that fits when they do not
         plan = plan_run(world_model, kv_cache, width, height, past_blocks + future_blocks, world_model.sampling)
         log.info("%s", plan.describe())
         check_plan(plan)
@@ -140,7 +141,7 @@ class InferixBranchWorld(io.ComfyNode):
         text = conditioning_tensor(conditioning) if conditioning is not None else past_prompt
         result = branch_video(
             world_model, text, parsed, past_blocks=past_blocks, future_blocks=future_blocks,
-            width=width, height=height, seed=seed, cache=kv_cache,
+            width=width, height=height, seed=seed, cache=kv_cache, budget_bytes=plan.budget_bytes,
         )  # fmt: skip
         s = result.stats
         info = (

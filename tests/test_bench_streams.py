@@ -28,5 +28,6 @@ def test_streams_bench_smoke(tmp_path, capsys):
     forks = result["forks"]
     # the forks hold the past once (1 page) plus one page each; separate runs hold 2 pages each
     assert forks["branched_kv_pages"] == 3 and forks["separate_kv_pages"] == 4
+    assert forks["peak_kv_pages"] <= forks["planned_kv_pages"]  # the planner's count bounds what the forks held
     text = capsys.readouterr().out
     assert "batched per block" in text and "forks from one state" in text

@@ -266,6 +266,31 @@ GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
         ],
         [],
     ),
+    "branch_world": (
+        "Branch World: one coastal road, three futures from the same moment side by side (Self-Forcing 1.3B)",
+        [
+            load_world_model(1, SF_LOADER),
+            (
+                2,
+                "InferixBranchWorld",
+                {
+                    "past_prompt": "a car drives along a winding coastal road at sunset",
+                    "futures": "=\na car drives along a winding coastal road at night\n"
+                    "a car drives along a winding coastal road in snow",
+                    "past_blocks": 4,
+                    "future_blocks": 3,
+                    "width": 832,
+                    "height": 480,
+                    "seed": 42,
+                    "keep": 1,
+                },
+                {"world_model": (1, 0)},
+            ),
+            (3, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/branches"}, {"images": (2, 0)}),
+            (4, "InferixStreamOut", {**STREAM_OUT, "filename_prefix": "inferix/branch_kept"}, {"images": (2, 1)}),
+        ],
+        [SELF_FORCING, WAN_VAE, UMT5],
+    ),
     "self_forcing_t2v": (
         "Self-Forcing text-to-video (Wan 2.1 1.3B, 4 steps per block)",
         [

@@ -40,12 +40,17 @@ def upstream(workflow: dict[str, Any], node_id: str) -> dict[str, Any]:
 
 
 def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
-    """uint8 frames [T, H, W, 3] of the workflow's Block Denoise, run on the bundled model."""
-    from inferix_core.workflow import execute
-
+    """uint8 frames [T, H, W, 3] of the workflow's Block Denoise (or Branch World's futures), on the bundled model."""
     # the last Block Denoise: with several (a continued world) it is the one the others feed
-    denoise = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"][-1]
+    denoisers = [nid for nid, n in api.items() if n["class_type"] == "InferixBlockDenoise"]
+    branch = [nid for nid, n in api.items() if n["class_type"] == "InferixBranchWorld"]
     api = json.loads(json.dumps(api))
+    if not denoisers:  # Branch World: its side-by-side futures (output 0)
+        node = api[branch[-1]]
+        node["inputs"] |= {"width": 64, "height": 64, "past_blocks": 2, "future_blocks": 2}
+        node["inputs"].pop("conditioning", None)
+        return _run(upstream(api, branch[-1]), branch[-1], 0, node_classes)
+    denoise = denoisers[-1]
     inputs = api[denoise]["inputs"]
     inputs |= {"width": 64, "height": 64, "num_blocks": min(int(inputs["num_blocks"]), MAX_BLOCKS), "seconds": 0.0}
     for unused in ("stream", "prompt_schedule", "conditioning"):  # nothing written; the bundled model has no text
@@ -63,6 +68,14 @@ def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
                     if value == [nid, 0]:
                         other["inputs"][key] = source
     graph = upstream(api, denoise)
+    graph["thumbnail_report"] = {"class_type": "InferixProfileReport", "inputs": {"video": [denoise, 2]}}  # an output
+    return _run(graph, denoise, 1, node_classes)
+
+
+def _run(graph: dict[str, Any], node_id: str, output: int, node_classes: dict[str, Any]) -> Any:
+    """Run `graph` on the bundled model on the CPU; uint8 frames of `node_id`'s IMAGE output `output`."""
+    from inferix_core.workflow import execute
+
     for node in graph.values():
         if node["class_type"] == "InferixLoadWorldModel":
             node["inputs"] |= {
@@ -72,10 +85,9 @@ def render_frames(api: dict[str, Any], node_classes: dict[str, Any]) -> Any:
                 "preview_decoder": "none",
             }
             node["inputs"] |= {"device": "cpu", "dtype": "fp32", "fp8": False, "compile": False}
-    graph["thumbnail_report"] = {"class_type": "InferixProfileReport", "inputs": {"video": [denoise, 2]}}  # an output
     with tempfile.TemporaryDirectory(prefix="inferix_thumbnail_") as scratch:  # previews go there, not the repo
         result = execute(graph, node_classes, output_dir=Path(scratch) / "output", progress=False)
-    return (result.outputs[denoise][1].clamp(0, 1) * 255).round().byte().numpy()
+    return (result.outputs[node_id][output].clamp(0, 1) * 255).round().byte().numpy()
 
 
 def tile(frames: Any) -> Any:

@@ -14,6 +14,7 @@ Streams at different positions get per-row RoPE positions, and spans of unequal 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -121,14 +122,7 @@ def _denoise_group(pipe, states, actions, hooks) -> list[BlockOutput]:
 
     batch = BatchedStreamKV([st.cache for st in states])
     text = _StackedText([st.text for st in states])
-    action = None
-    if actions[0] is not None:
-        action = torch.cat([to_device_async(a, pipe.device) for a in actions])
-        if action.shape[:2] != (len(states), n):
-            raise ShapeMismatchError(
-                f"batched actions have shape {tuple(action.shape)}; expected ({len(states)}, {n}, A): "
-                "one (1, block_frames, A) tensor per stream"
-            )
+    action = None if actions[0] is None else _stack_actions(actions, pipe.device, n)
     scheduler, timesteps = _schedule(pipe, states[0].next_block)
     if pipe.unipc is not None:
         pipe.unipc.reset()
@@ -154,6 +148,31 @@ def _denoise_group(pipe, states, actions, hooks) -> list[BlockOutput]:
         st.next_frame, st.next_block = st.next_frame + n, st.next_block + 1
         outputs.append(out)
     return outputs
+
+
+def _stack_actions(actions: list, device, n: int):
+    """The streams' block inputs as one batch: (1, n, A) tensors, or a model's per-block input dataclass of
+    tensors (Wan 2.1 I2V's StartImageBlockInput: each stream's cond_concat) stacked field by field."""
+    first = actions[0]
+    if isinstance(first, torch.Tensor):
+        action = torch.cat([to_device_async(a, device) for a in actions])
+        if action.shape[:2] != (len(actions), n):
+            raise ShapeMismatchError(
+                f"batched actions have shape {tuple(action.shape)}; expected ({len(actions)}, {n}, A): "
+                "one (1, block_frames, A) tensor per stream"
+            )
+        return action
+    if not dataclasses.is_dataclass(first) or any(type(a) is not type(first) for a in actions):
+        raise ConfigError(f"streams batched together need block inputs of one kind; got {type(first).__name__}")
+    fields = {}
+    for f in dataclasses.fields(first):
+        parts = [getattr(a, f.name) for a in actions]
+        if not all(isinstance(p, torch.Tensor) for p in parts):
+            raise ConfigError(
+                f"{type(first).__name__}.{f.name} is not a tensor in every stream; run them one at a time"
+            )
+        fields[f.name] = torch.cat([p.to(device) for p in parts])
+    return type(first)(**fields)
 
 
 def _call(pipe, batch: BatchedStreamKV, text, x, t: float, starts: list[int], n: int, action):

@@ -16,6 +16,7 @@ to fp16; here both stay in the VAE's dtype.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 
 import torch
@@ -70,6 +71,17 @@ class PixelWindowEncoder:
         if not self.frames:
             raise ConfigError("no decoded frame to re-encode yet: observe() a block first")
         return self.vae.encode(self.frames[0]).permute(0, 2, 1, 3, 4).float()
+
+    def fork(self) -> PixelWindowEncoder:
+        """A copy that goes on from this stream's pixel window and decoder cache without touching them (a branch's
+        future: each future decodes its own blocks into its own window)."""
+        other = PixelWindowEncoder.__new__(PixelWindowEncoder)
+        other.vae, other.max_frames = self.vae, self.max_frames
+        other.decoder = copy.copy(self.decoder)  # the same VAE and options, the causal caches forked
+        other.decoder.state = self.decoder.state.fork()
+        other.frames = deque(self.frames, maxlen=self.max_frames)  # frames are never written in place
+        other.last_pixels = self.last_pixels
+        return other
 
     def nbytes(self) -> int:
         """Bytes the pixel window holds (each kept frame is a view of its block's pixels)."""

@@ -148,6 +148,11 @@ class TinyDecodeState:
     previous: Tensor | None = None
     latent_frames_in: int = 0
 
+    def fork(self) -> TinyDecodeState:
+        """A state that goes on from here without touching this one (a branch's future; `previous` is replaced,
+        never written in place)."""
+        return TinyDecodeState(self.previous, self.latent_frames_in)
+
 
 class TinyCausalAE(nn.Module):
     """Encoder + causal decoder; public methods take and return normalised latents (z − mean) / std."""

@@ -25,6 +25,7 @@ USE_CASES = {
     "longlive2_t2v",
     "longlive2_i2v",
     "continue_world",
+    "branch_world",
 }
 # folders ComfyUI scans for a pack's templates (app/custom_node_manager.py, v0.3.64 and v0.27)
 SCANNED = ("example_workflows", "example", "examples", "workflow", "workflows")
