@@ -271,6 +271,33 @@ def dynamo_stats() -> dict[str, int]:
     return {f"{group}.{k}": int(v) for group in ("stats", "recompiles") for k, v in counters[group].items()}
 
 
+def context_effect(run, x: torch.Tensor, n: int) -> float:
+    """How much block 1's output moves when only block 0's noise changes, relative to block 1's size.
+
+    A causal model sees block 0 through its KV cache, so this is > 0; exactly 0 means block 1 never saw
+    block 0: the cache was not read. `run` maps latents (B, C, 2n, H, W) to the sampled latents.
+    """
+    other = x.clone()
+    other[:, :, :n] = torch.randn(x[:, :, :n].shape, generator=torch.Generator().manual_seed(99)).to(x)
+    a, b = run(x)[:, :, n : 2 * n].float(), run(other)[:, :, n : 2 * n].float()
+    return ((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item()
+
+
+def profile_side(fn, path: Path, device: torch.device) -> None:
+    """One more run under torch.profiler: the kernels by total device time (where the two sides differ)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        fn(0)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(prof.key_averages().table(sort_by=key, row_limit=45, max_name_column_width=90))
+    print(f"profile written to {path}", flush=True)
+
+
 def run_variant(args, core: dict, variant: str, device, dtype, frames: int, rows: list, outputs: dict, save) -> None:
     """Both sides in one variant: ours built by the protocol, core from our state dict; core first, then ours."""
     pipe, context = build_ours(args, variant)
@@ -288,14 +315,27 @@ def run_variant(args, core: dict, variant: str, device, dtype, frames: int, rows
         "core": lambda r: run_core(sampler, model, apply, latent_noise(args, r, device), sigmas, r, n, dtype),
         "ours": lambda r: run_ours(pipe, context, latent_noise(args, r, device), r, num_blocks),
     }
+    two_blocks = {  # the context check: 2 blocks, seed 0
+        "core": lambda x: run_core(sampler, model, apply, x, sigmas, 0, n, dtype),
+        "ours": lambda x: run_ours(pipe, context, x, 0, 2),
+    }
     for side, fn in sides.items():
         try:
             before = dynamo_stats()
             result, out = sbs.time_runs(fn, device, args.warmup, args.repeats, frames)
             if variant == "compile":  # graphs compiled and recompiles during this side's runs (a fallback shows)
                 result["dynamo"] = {k: v - before.get(k, 0) for k, v in dynamo_stats().items()}
+            try:  # its own try: a failing check must not lose the timed row
+                x = latent_noise(args, 0, device)[:, :, : 2 * n]
+                result["context_effect"] = context_effect(two_blocks[side], x, n)
+                if result["context_effect"] == 0.0:
+                    print(f"WARNING: {side} {variant} ignores its KV cache: block 1 does not see block 0", flush=True)
+            except Exception as exc:
+                result["context_effect_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append({"side": side, "variant": variant, **result})
             outputs[(side, variant)] = out
+            if args.profile is not None:
+                profile_side(fn, args.profile / f"{side}_{variant}.txt", device)
             print(f"{side} {variant}: {result['median_total_s']:.3f} s, {result['fps']:.2f} FPS", flush=True)
         except Exception as exc:  # one failing side must not lose the other rows; it is reported
             rows.append({"side": side, "variant": variant, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
@@ -319,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp32"], help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--json", type=Path)
+    p.add_argument("--profile", type=Path, help="a folder: one more run of each side under torch.profiler")
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.check:
