@@ -406,6 +406,21 @@ class DecodedBlock(NamedTuple):
 _CHUNK_EXACT_DECODERS = (StreamDecoder, TinyStreamDecoder, TAEHVStreamDecoder)
 
 
+def _starts_its_stream(stream) -> bool:
+    """Whether a chunk-exact stream decoder has decoded nothing yet (a new world, not a resumed or forked one).
+
+    Only such a stream's first block is split: the frames are equal up to float rounding, not bitwise, so a
+    resumed world (whose decoder goes on from saved state) decodes its blocks whole, exactly as the
+    uninterrupted run decoded them there.
+    """
+    if not isinstance(stream, _CHUNK_EXACT_DECODERS):
+        return False
+    state = stream.state
+    if isinstance(stream, TAEHVStreamDecoder):
+        return state.frames_out == 0 and not state.memory
+    return state.latent_frames_in == 0
+
+
 def decode_to_sinks(
     stream,
     latents: torch.Tensor,
@@ -419,11 +434,12 @@ def decode_to_sinks(
 
     Timed as the profiler's `decode` and `sink` stages; the sinks have the frames (on disk for an Mp4Sink)
     before this returns, so before the block is reported done. Shared by generate_video and the session.
-    With `first_frame_alone` (a run's first decoded block) and a chunk-exact decoder, the first latent frame
-    is decoded and handed to the sinks on its own before the rest of the block: the viewer sees the first
-    frame one block-decode earlier, and the frames are the same (the sinks get the block in two writes).
+    With `first_frame_alone` (a run's first decoded block) and a chunk-exact decoder that starts its stream
+    (`_starts_its_stream`), the first latent frame is decoded and handed to the sinks on its own before the
+    rest of the block: the viewer sees the first frame one block-decode earlier, and the frames are the same
+    up to float rounding (the sinks get the block in two writes).
     """
-    split = first_frame_alone and latents.shape[1] > 1 and isinstance(stream, _CHUNK_EXACT_DECODERS)
+    split = first_frame_alone and latents.shape[1] > 1 and _starts_its_stream(stream)
     parts = (latents[:, :1], latents[:, 1:]) if split else (latents,)
     decoded, decode_s, first_ready = [], 0.0, None
     for part in parts:

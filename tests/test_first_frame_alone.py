@@ -68,3 +68,14 @@ def test_interactive_session_shows_its_first_frame_alone():
     finally:
         session.close()
     assert [(i, len(f)) for i, f in sink.writes] == [(0, 1), (0, 4), (1, 8)]
+
+
+def test_a_stream_that_goes_on_decodes_its_block_whole():
+    """A resumed world's decoder has decoded before: its first block is not split, so its frames are bitwise
+    those of the uninterrupted run."""
+    ae = _tiny_ae()
+    stream = ae.stream_decoder()
+    stream.decode(torch.randn(1, 16, 3, 3, 5))  # the saved past
+    sink = RecordingSink()
+    decode_to_sinks(stream, torch.randn(1, 3, 16, 3, 5), 1, [sink], NullProfiler(), first_frame_alone=True)
+    assert [len(f) for _, f in sink.writes] == [12]

@@ -124,7 +124,10 @@ DENOISE = {
 _BUNDLED_CONFIG = json.loads(
     (Path(__file__).resolve().parents[1] / "inferix_core/assets/bundled/config.json").read_text()
 )
-BUNDLED_DENOISE = {**DENOISE, "prompt": "", "width": _BUNDLED_CONFIG["width"], "height": _BUNDLED_CONFIG["height"]}
+# the bundled model's prompt picks its scene (day / sunset / night) when its files have a vocabulary (v2)
+_BUNDLED_PROMPT = "a drive at sunset" if "prompt" in _BUNDLED_CONFIG else ""
+BUNDLED_DENOISE = {**DENOISE, "prompt": _BUNDLED_PROMPT, "width": _BUNDLED_CONFIG["width"],
+                   "height": _BUNDLED_CONFIG["height"]}  # fmt: skip
 STREAM_OUT = {"fps": 16.0, "filename_prefix": "inferix/video", "save_frames": "none", "crf": 18}
 # Block Denoise writes the mp4 while it generates (Stream Settings → its `stream` input); Stream Out shows it
 STREAM = {"filename_prefix": "inferix/video", "fps": 0.0, "crf": 18, "save_frames": "none"}

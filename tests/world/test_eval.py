@@ -7,6 +7,7 @@ so they take seconds; the real bundle is measured by `python -m training.evaluat
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -87,7 +88,10 @@ def tiny_bundle() -> BundledWorldModel:
 
 def test_rollout_follows_the_bundle_world_and_context(tiny_bundle: BundledWorldModel) -> None:
     assert world_of(tiny_bundle).name == "road" and world_of(tiny_bundle).height == 32
-    assert world_of(load_bundled(random_transformer=True)).name == "road_v1"  # the shipped v1 files
+    shipped = load_bundled(random_transformer=True)  # the shipped v2 files: road.py at their size, their scenes
+    assert (world_of(shipped).name, world_of(shipped).height) == ("road", shipped.config["height"])
+    v1 = dataclasses.replace(shipped, config={k: v for k, v in shipped.config.items() if k not in ("prompt", "world")})
+    assert world_of(v1).name == "road_v1" and world_of(v1).scenes == (None,)  # a v1 config: no prompt section
     lat = np.array([0, 1, 3, 0, 2, 4])
     with torch.inference_mode():
         a, _ = rollout(tiny_bundle, 5, lat, scene=SCENES[1])
