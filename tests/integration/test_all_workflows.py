@@ -215,7 +215,10 @@ def _overrides(workflow: dict[str, Any], prefix: str) -> list[str]:
         elif kind == "InferixLVBenchPrompts":
             sets |= {f"{nid}.until_seconds": 5.0}  # two 2.5 s caption segments
         elif "filename_prefix" in inputs:
-            sets[f"{nid}.filename_prefix"] = prefix
+            # two outputs of one class (Branch World's futures and kept video) keep apart: which of them
+            # ComfyUI runs first is its own choice, so one shared prefix would number them either way
+            twins = sum(n["class_type"] == kind and "filename_prefix" in n["inputs"] for n in workflow.values())
+            sets[f"{nid}.filename_prefix"] = prefix if twins == 1 else f"{prefix}_{nid}"
     if any(n["class_type"] == "InferixLVBenchPrompts" for n in workflow.values()):  # the video reaches until_seconds
         for did, dnode in workflow.items():
             if dnode["class_type"] == "InferixBlockDenoise" and float(dnode["inputs"].get("seconds", 0)) > 0:

@@ -114,7 +114,7 @@ def _denoise(world_model_link: list) -> dict:
         "class_type": "InferixBlockDenoise",
         "inputs": {
             "world_model": world_model_link,
-            "prompt": "a car drives along the coastal road",
+            "prompt": "a car drives along the coastal road at sunset",
             "num_blocks": 2,
             "seconds": 0.0,
             "width": 64,
