@@ -9,7 +9,8 @@ config, starts from one true block (3 latent frames = 9 pixel frames, encoded wi
 autoencoder), follows a held-out episode's actions (seed EVAL_SEED; training uses seed 0), is conditioned
 on one scene (the bundle's prompt for that scene's words; a v1 bundle has one fixed context) and is
 decoded with the streaming decoder. The truth is the renderer the bundle was trained on (road.py for
-v2 bundles, the frozen road_v1.py for v1 ones), at the bundle's size, for the same actions and scene.
+v2 bundles; a v1 bundle is refused, its evaluation is at commit 084f673), at the bundle's size, for the
+same actions and scene.
 
 Parts (`--only`): speed (frames/s incl. decode from scratch), fidelity (PSNR/SSIM over the first 2 s),
 steering (sign of the road's shift under steer_left/right vs none, against the renderer's), long (one
@@ -30,13 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from inferix_core.errors import ConfigError
 from inferix_core.metrics.lvbench.base_metrics import consistency_from_features
 from inferix_core.metrics.lvbench.chunking import chunk_bounds
 from inferix_core.metrics.lvbench.proxies import LUMA, colour_histogram_features, laplacian_variance_frames
 from inferix_core.metrics.lvbench.vde import vde
 from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.pipeline.block_diffusion import BlockDiffusionPipeline, GenerationRequest
-from inferix_core.world import SCENES, latent_to_pixel_actions, road, road_v1, scene_words
+from inferix_core.world import SCENES, latent_to_pixel_actions, road, scene_words
 from inferix_core.world.compare import horizontal_shift, psnr, ssim
 from inferix_core.world.palette import palette_agreement
 from inferix_core.world.road import LEFT, NONE, RIGHT
@@ -67,14 +69,12 @@ BAR = {
 class World:
     """The renderer a bundle was trained on, at its size: `render(seed, pixel_actions, scene)`."""
 
-    name: str  # "road" (v2) or "road_v1"
+    name: str  # "road": the v2 world (inferix_core/world/road.py)
     height: int
     width: int
-    scenes: tuple[str | None, ...]  # v1: (None,), one unconditioned world
+    scenes: tuple[str | None, ...]
 
     def render(self, seed: int, pixel_actions: np.ndarray, scene: str | None = None) -> np.ndarray:
-        if self.name == "road_v1":
-            return road_v1.render_episode(seed, pixel_actions, self.height, self.width)
         return road.render_episode(seed, pixel_actions, self.height, self.width, scene=scene)
 
     def scene(self, i: int) -> str | None:
@@ -82,11 +82,19 @@ class World:
 
 
 def world_of(bundle: BundledWorldModel) -> World:
-    """v2 bundles (a prompt section, or "world": "road") use road.py with its scenes; v1 bundles road_v1.py."""
+    """The v2 world of a v2 bundle (a prompt section, or "world": "road"), at its size with its scenes.
+
+    A version-1 bundle (64², one fixed context) was trained on the v1 world, which left the tree with its
+    weights; its evaluation is that of commit 084f673 (`git show 084f673:training/evaluate.py`).
+    """
     cfg = bundle.config
     name = cfg.get("world", "road" if "prompt" in cfg else "road_v1")
-    scenes = (None,) if name == "road_v1" else tuple(cfg.get("scenes", SCENES))
-    return World(name, int(cfg["height"]), int(cfg["width"]), scenes)
+    if name != "road":
+        raise ConfigError(
+            f"this bundle was trained on world '{name}' (a version-1 bundle); evaluate it at commit 084f673, "
+            "where its world and evaluation are"
+        )
+    return World(name, int(cfg["height"]), int(cfg["width"]), tuple(cfg.get("scenes", SCENES)))
 
 
 def scene_context(bundle: BundledWorldModel, scene: str | None) -> torch.Tensor:

@@ -24,7 +24,7 @@ def _mean_psnr(random_transformer: bool) -> float:
     torch.manual_seed(0)
     bundle = load_bundled(random_transformer=random_transformer)
     lat = episode_actions(EVAL_SEED, 0, 9)  # 1 true block + 2 generated blocks = 33 frames
-    world = world_of(bundle)  # the renderer these weights were trained on (road_v1 for v1 files), at their size
+    world = world_of(bundle)  # the renderer these weights were trained on, at their size
     truth = world.render(episode_seed(EVAL_SEED, 0), latent_to_pixel_actions(lat), world.scene(0))
     with torch.inference_mode():
         gen, _ = rollout(bundle, episode_seed(EVAL_SEED, 0), lat, noise_seed=0, scene=world.scene(0))

@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
+from inferix_core.errors import ConfigError
 from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
@@ -91,7 +92,8 @@ def test_rollout_follows_the_bundle_world_and_context(tiny_bundle: BundledWorldM
     shipped = load_bundled(random_transformer=True)  # the shipped v2 files: road.py at their size, their scenes
     assert (world_of(shipped).name, world_of(shipped).height) == ("road", shipped.config["height"])
     v1 = dataclasses.replace(shipped, config={k: v for k, v in shipped.config.items() if k not in ("prompt", "world")})
-    assert world_of(v1).name == "road_v1" and world_of(v1).scenes == (None,)  # a v1 config: no prompt section
+    with pytest.raises(ConfigError, match="084f673"):  # a v1 config (no prompt section): its own commit's world
+        world_of(v1)
     lat = np.array([0, 1, 3, 0, 2, 4])
     with torch.inference_mode():
         a, _ = rollout(tiny_bundle, 5, lat, scene=SCENES[1])
