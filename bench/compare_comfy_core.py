@@ -87,7 +87,9 @@ def install_core_shims() -> list[str]:
     return stubbed
 
 
-def import_core(comfy_dir: Path, device: torch.device, kitchen_dir: Path | None = None) -> dict:
+def import_core(
+    comfy_dir: Path, device: torch.device, kitchen_dir: Path | None = None, pytorch_attention: bool = False
+) -> dict:
     """Core's modules from `comfy_dir`; on a CPU-only machine core is told `--cpu` (its own flag).
 
     `kitchen_dir`: a folder holding the `comfy_kitchen` package, searched after everything else, so an
@@ -108,6 +110,8 @@ def import_core(comfy_dir: Path, device: torch.device, kitchen_dir: Path | None 
 
     if device.type == "cpu":
         args.cpu = True
+    if pytorch_attention:  # core's --use-pytorch-cross-attention (its default on CUDA; on CPU it picks sub-quad)
+        args.use_pytorch_cross_attention = True
     with contextlib.redirect_stdout(io.StringIO()):
         import comfy.ldm.modules.attention as attention
         import comfy.ops
@@ -359,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp32"], help="default: bf16 on cuda, fp32 on cpu")
     p.add_argument("--json", type=Path)
+    p.add_argument("--core-pytorch-attention", action="store_true",
+                   help="core's --use-pytorch-cross-attention (what it runs on CUDA) also on the CPU")  # fmt: skip
     p.add_argument("--profile", type=Path, help="a folder: one more run of each side under torch.profiler")
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -366,12 +372,14 @@ def main(argv: list[str] | None = None) -> int:
         if not args.tiny:
             raise SystemExit("--check runs at the tiny config: add --tiny")
         args.device, args.dtype = "cpu", "fp32"
-        return check(args, import_core(args.comfyui_dir, torch.device("cpu"), args.kitchen_dir))
+        return check(
+            args, import_core(args.comfyui_dir, torch.device("cpu"), args.kitchen_dir, args.core_pytorch_attention)
+        )
     args.dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     if args.device == "cpu" and not args.tiny:
         raise SystemExit("the full-size comparison needs a CUDA GPU (or pass --tiny for a CPU smoke run)")
     device, dtype = torch.device(args.device), {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
-    core = import_core(args.comfyui_dir, device, args.kitchen_dir)
+    core = import_core(args.comfyui_dir, device, args.kitchen_dir, args.core_pytorch_attention)
     frames = sbs.pixel_frames(args.latent_frames)
     rows: list[dict] = []
     outputs: dict[tuple[str, str], torch.Tensor] = {}
@@ -396,6 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     sbs.print_table(f"{meta['gpu']}, torch {meta['torch']}, {frames} frames, {meta['geometry']}, {args.dtype}; "
                     f"core attention {core['attention']}, comfy_kitchen {core['kitchen_backends']}", rows, "core")  # fmt: skip
     save()
+    diffs = {
+        side: sbs.max_abs_diff(outputs.get((side, "compile")), outputs.get((side, "eager")))
+        for side in ("core", "ours")
+    }
+    if args.dtype == "fp32" and (diffs["core"] or 0.0) > 1e-3:  # fp32 compile should match eager to ~1e-6
+        print(f"WARNING: core compiled differs from core eager by {diffs['core']:.3g} in fp32 (ours: "
+              f"{diffs['ours'] or 0.0:.3g}): its compiled run is not the same computation", flush=True)  # fmt: skip
     if args.json:
         print(f"wrote {args.json}")
     return 0

@@ -67,3 +67,27 @@ def test_longlive_parity_on_cpu(tmp_path):
     check = json.loads(out.read_text())["check"]
     assert check["ok"] and check["max_abs_diff"] < 1e-4
     assert check["lora_effect"] > 1e-2  # the merged LoRA changes the output, so it is compared too
+
+
+@pytest.mark.integration
+def test_core_torch_compile_model_path_ignores_its_kv_cache(tmp_path):
+    """ComfyUI core's TorchCompileModel + sample_ar_video, with the SDPA attention core picks on CUDA: its
+    compiled output is not its eager output (fp32, CPU), while ours compiled equals ours eager. The node's
+    guard filter drops the guards on `transformer_options`, where the sampler keeps the KV cache's `end` and
+    the block's `start_frame`, so the first trace's offsets stay baked in (docs/performance.md, #19)."""
+    comfy_dir = os.environ.get("COMFYUI_DIR")
+    if not comfy_dir:
+        pytest.skip("set COMFYUI_DIR to a ComfyUI v0.27+ checkout (or .ref/comfy) to run core's side")
+    python = os.environ.get("COMFYUI_PYTHON") or sys.executable
+    env, kitchen = _env(), os.environ.get("KITCHEN_DIR", "")
+    if not _importable(python, "comfy_kitchen", env, kitchen):
+        pytest.skip(f"comfy_kitchen is not importable by {python} (set COMFYUI_PYTHON, or KITCHEN_DIR=.ref/ck)")
+    out = tmp_path / "core_compile.json"
+    cmd = [python, str(ROOT / "bench" / "compare_comfy_core.py"), "--comfyui-dir", comfy_dir, "--tiny",
+           "--variants", "eager,compile", "--warmup", "1", "--repeats", "1", "--core-pytorch-attention"]  # fmt: skip
+    cmd += ["--kitchen-dir", kitchen] if kitchen else []
+    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    diffs = json.loads(out.read_text())["max_abs_diff"]
+    assert diffs["ours_compile_vs_eager"] < 1e-4
+    assert diffs["core_compile_vs_eager"] > 1e-2, diffs
