@@ -221,7 +221,6 @@ class InteractiveSession:
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
         # 2. a streaming decoder that keeps its causal cache across blocks
-        self._decoded = False  # no block decoded yet: the first one shows its first frame on its own
         self._decoder = run_stream_decoder(world_model, decoder, self._first_frame_encoder) if decode else None
         self._decoder_kind = decoder
         self.at_boundary = True  # False while a block is being generated (its cache is half written)
@@ -393,9 +392,8 @@ class InteractiveSession:
         frames, decode_s = None, 0.0
         if self._decoder is not None:
             frames, decode_s, _ = decode_to_sinks(
-                self._decoder, out.latents, out.index, self.sinks, self.profiler, first_frame_alone=not self._decoded
-            )
-            self._decoded = True
+                self._decoder, out.latents, out.index, self.sinks, self.profiler, first_frame_alone=True
+            )  # split only while the decoder starts its stream (a new world's first block)
         profile_block_end(self.profiler, self.state.cache, out.index, frames)
         switched = len(self.prompt_log) > 1 and self.prompt_log[-1][0] == out.index
         return SessionBlock(
