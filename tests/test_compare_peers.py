@@ -32,8 +32,8 @@ def _importable(python: str, module: str, env: dict, first: str = "") -> bool:
     return subprocess.run([python, "-c", code], env=env, capture_output=True).returncode == 0
 
 
-@pytest.mark.integration
-def test_comfy_core_parity_on_cpu(tmp_path):
+def _run_core_harness(out: Path, *args: str, timeout: float) -> dict:
+    """bench/compare_comfy_core.py --tiny ARGS against core from COMFYUI_DIR (skipped without it); its JSON."""
     comfy_dir = os.environ.get("COMFYUI_DIR")
     if not comfy_dir:
         pytest.skip("set COMFYUI_DIR to a ComfyUI v0.27+ checkout (or .ref/comfy) to run core's side")
@@ -41,12 +41,18 @@ def test_comfy_core_parity_on_cpu(tmp_path):
     env, kitchen = _env(), os.environ.get("KITCHEN_DIR", "")
     if not _importable(python, "comfy_kitchen", env, kitchen):
         pytest.skip(f"comfy_kitchen is not importable by {python} (set COMFYUI_PYTHON, or KITCHEN_DIR=.ref/ck)")
-    out = tmp_path / "core_check.json"
-    cmd = [python, str(ROOT / "bench" / "compare_comfy_core.py"), "--comfyui-dir", comfy_dir, "--tiny", "--check"]
+    cmd = [python, str(ROOT / "bench" / "compare_comfy_core.py"), "--comfyui-dir", comfy_dir, "--tiny", *args]
     cmd += ["--kitchen-dir", kitchen] if kitchen else []
-    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    check = json.loads(out.read_text())["check"]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.integration
+def test_comfy_core_parity_on_cpu(tmp_path):
+    check = _run_core_harness(tmp_path / "core_check.json", "--check", timeout=300)["check"]
     assert check["ok"] and check["max_abs_diff"] < 1e-4 and len(check["per_block"]) == 2
     assert check["max_abs_core"] > 1e-2  # a non-trivial output, so agreement means something
 
@@ -75,19 +81,7 @@ def test_core_torch_compile_model_path_ignores_its_kv_cache(tmp_path):
     compiled output is not its eager output (fp32, CPU), while ours compiled equals ours eager. The node's
     guard filter drops the guards on `transformer_options`, where the sampler keeps the KV cache's `end` and
     the block's `start_frame`, so the first trace's offsets stay baked in (docs/performance.md, #19)."""
-    comfy_dir = os.environ.get("COMFYUI_DIR")
-    if not comfy_dir:
-        pytest.skip("set COMFYUI_DIR to a ComfyUI v0.27+ checkout (or .ref/comfy) to run core's side")
-    python = os.environ.get("COMFYUI_PYTHON") or sys.executable
-    env, kitchen = _env(), os.environ.get("KITCHEN_DIR", "")
-    if not _importable(python, "comfy_kitchen", env, kitchen):
-        pytest.skip(f"comfy_kitchen is not importable by {python} (set COMFYUI_PYTHON, or KITCHEN_DIR=.ref/ck)")
-    out = tmp_path / "core_compile.json"
-    cmd = [python, str(ROOT / "bench" / "compare_comfy_core.py"), "--comfyui-dir", comfy_dir, "--tiny",
-           "--variants", "eager,compile", "--warmup", "1", "--repeats", "1", "--core-pytorch-attention"]  # fmt: skip
-    cmd += ["--kitchen-dir", kitchen] if kitchen else []
-    proc = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    diffs = json.loads(out.read_text())["max_abs_diff"]
+    variants = ("--variants", "eager,compile", "--warmup", "1", "--repeats", "1", "--core-pytorch-attention")
+    diffs = _run_core_harness(tmp_path / "core_compile.json", *variants, timeout=600)["max_abs_diff"]
     assert diffs["ours_compile_vs_eager"] < 1e-4
     assert diffs["core_compile_vs_eager"] > 1e-2, diffs
