@@ -273,15 +273,11 @@ class _PromptTable:
         return self.table[p]
 
 
-def test_a_shot_schedule_runs_as_their_shot_layout(fx, tmp_path):
-    """generate_video with a prompt that starts with their scene-cut prefix = the pipeline with that block as a
-    shot start (pinned shot sink, RoPE offset), the prefixed text on the shot's first block and the bare caption
-    after it (NVlabs/LongLive utils/dataset.py `_apply_shot_durations`); and it differs from a plain switch."""
-    from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX, generate_video
-    from inferix_core.cache import KVCacheConfig, ShotSinkKVCache
+def _shot_world(fx):
+    """The fixture's LongLive 2.0 model with a prompt table, 2-frame blocks and a 3-block window + 1 sink:
+    (world model, block frames, latent (h, w), sampling, cache config)."""
+    from inferix_core.cache import KVCacheConfig
     from inferix_core.models.state_dict import world_model_from_state_dict
-    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-    from inferix_core.schedules import PromptSchedule, block_timing
 
     path, info, _, model = fx
     sd, _, _ = load_wan_checkpoint(path)
@@ -294,9 +290,21 @@ def test_a_shot_schedule_runs_as_their_shot_layout(fx, tmp_path):
         text_len=model.config.text_len,
     )
     wm = dataclasses.replace(wm, text_encoder=_PromptTable(wm.config.text_dim))
-    frames, (h, w) = 2, info["latent_shape"][3:]
+    frames, hw = 2, tuple(info["latent_shape"][3:])
     sampling = dataclasses.replace(wm.sampling, block_frames=frames)
-    cache = KVCacheConfig(window_frames=3 * frames, sink_frames=1)
+    return wm, frames, hw, sampling, KVCacheConfig(window_frames=3 * frames, sink_frames=1)
+
+
+def test_a_shot_schedule_runs_as_their_shot_layout(fx, tmp_path):
+    """generate_video with a prompt that starts with their scene-cut prefix = the pipeline with that block as a
+    shot start (pinned shot sink, RoPE offset), the prefixed text on the shot's first block and the bare caption
+    after it (NVlabs/LongLive utils/dataset.py `_apply_shot_durations`); and it differs from a plain switch."""
+    from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX, generate_video
+    from inferix_core.cache import ShotSinkKVCache
+    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+    from inferix_core.schedules import PromptSchedule, block_timing
+
+    wm, frames, (h, w), sampling, cache = _shot_world(fx)
     s, timing = wm.spatial_compression, block_timing(wm, sampling)
     cut = LONGLIVE2_SCENE_CUT_PREFIX + "a wolf"
     shots = PromptSchedule([(0.0, "a fox"), (timing.start_seconds(2), cut)])
@@ -319,25 +327,10 @@ def test_an_interactive_shot_switch_equals_the_scheduled_one(fx):
     """InteractiveSession (inferix play): a prompt typed with their scene-cut prefix starts a shot at the next block,
     the shot's later blocks get the bare caption, and switches are hard (their pipeline never re-caches)."""
     from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX
-    from inferix_core.cache import KVCacheConfig
-    from inferix_core.models.state_dict import world_model_from_state_dict
     from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
     from inferix_core.session import InteractiveSession
 
-    path, info, _, model = fx
-    sd, _, _ = load_wan_checkpoint(path)
-    wm = world_model_from_state_dict(
-        sd,
-        family="longlive2",
-        device="cpu",
-        dtype="fp32",
-        num_heads=model.config.num_heads,
-        text_len=model.config.text_len,
-    )
-    wm = dataclasses.replace(wm, text_encoder=_PromptTable(wm.config.text_dim))
-    frames, (h, w) = 2, info["latent_shape"][3:]
-    sampling = dataclasses.replace(wm.sampling, block_frames=frames)
-    cache = KVCacheConfig(window_frames=3 * frames, sink_frames=1)
+    wm, _, (h, w), sampling, cache = _shot_world(fx)
     s, cut = wm.spatial_compression, LONGLIVE2_SCENE_CUT_PREFIX + "a wolf"
     with InteractiveSession(
         wm, "a fox", width=w * s, height=h * s, sampling=sampling, cache=cache, decode=False
