@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.devtools_utils import devtools_port
+
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART_UI = next((REPO / "example_workflows").glob("Inferix Quickstart*.json"))
 BUNDLED_MODEL = REPO / "inferix_core" / "assets" / "bundled" / "transformer.safetensors"
@@ -80,13 +82,7 @@ class Browser:
         self._id = 0
         self.ws = None
         try:
-            port_file = Path(self.profile) / "DevToolsActivePort"
-            deadline = time.monotonic() + 60
-            while not (port_file.is_file() and port_file.read_text().strip()):
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Chromium did not start (exit code {self.process.poll()})")
-                time.sleep(0.1)
-            port = int(port_file.read_text().split()[0])
+            port = devtools_port(self.process, Path(self.profile))
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as resp:
                 page = next(t for t in json.loads(resp.read()) if t["type"] == "page")
             self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=120, suppress_origin=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from inferix_core.controls import CONTROL_SPECS
+from tests.devtools_utils import devtools_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 EXT = Path(__file__).resolve().parents[2] / "web_ext" / "inferix_live.js"
@@ -91,12 +92,7 @@ def test_control_button_sends_keys_and_mouse_look(tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        port_file = tmp_path / "profile" / "DevToolsActivePort"
-        for _ in range(100):
-            if port_file.exists() and port_file.read_text().strip():
-                break
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
+        port = devtools_port(proc, tmp_path / "profile")
         targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=5).read())
         ws = websocket.create_connection(next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"])
         _cdp(ws, "Page.navigate", url=f"http://127.0.0.1:{server.server_address[1]}/index.html")

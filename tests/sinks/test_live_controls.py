@@ -20,6 +20,7 @@ import pytest
 from inferix_core.controls import CONTROL_SPECS
 from inferix_core.errors import ConfigError
 from inferix_core.sinks.live import InputQueue, LiveView
+from tests.devtools_utils import devtools_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -84,12 +85,7 @@ def test_page_sends_held_keys_and_pointer_lock_mouse_look(tmp_path):
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            port_file = tmp_path / "DevToolsActivePort"
-            for _ in range(100):
-                if port_file.exists() and port_file.read_text().strip():
-                    break
-                time.sleep(0.1)
-            port = int(port_file.read_text().split()[0])
+            port = devtools_port(proc, tmp_path)
             targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=5).read())
             page = next(t for t in targets if t["type"] == "page")
             ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=10)
