@@ -18,6 +18,7 @@ from .cache import KVCacheConfig
 from .models.wan.causal_transformer import CausalWanTransformer
 from .models.wan.config import WanConfig
 from .pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
+from .tensors import prefer_expandable_segments
 from .vae.overlap import OverlappedDecoder, to_uint8_frames
 
 log = logging.getLogger(__name__)
@@ -361,6 +362,8 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
     preset = PRESETS[cfg.preset]
     device, dtype = torch.device(cfg.device), DTYPES[cfg.dtype]
     cuda = device.type == "cuda"
+    if cfg.gpu_memory_gb is not None:  # as load_world_model does for a budget, before anything is allocated
+        prefer_expandable_segments(device)
     pipe, context = build_engine(cfg)
     num_blocks = cfg.latent_frames // cfg.block_frames
     vae = _bench_decoder(cfg, preset, device, dtype) if cfg.vae_decode else None

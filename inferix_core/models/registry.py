@@ -19,6 +19,7 @@ import torch
 from ..cache import KVCacheConfig
 from ..errors import CacheBudgetError, ConfigError, MissingFileError
 from ..scheduler import SamplingConfig
+from ..tensors import prefer_expandable_segments
 from .block_swap import enable_block_swap
 from .family_detect import FamilyChoice, FileFacts, detect_family
 from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
@@ -565,6 +566,9 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
     'cpu': the same embeddings, logged; otherwise the placement asked stays.
     """
     from ..cache.planner import allocator_headroom_bytes, plan_resident_blocks, planned_non_torch_bytes
+
+    if device is not None:
+        prefer_expandable_segments(device)  # the plan fills the card: fragmentation must not undo it
 
     non_torch = planned_non_torch_bytes(device, budget) if device is not None else 0
     text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
