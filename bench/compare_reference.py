@@ -195,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     save()
     for variant in args.variants.split(","):
         for wanted, kind, extra in ((diffusion, "diffusion", {}), (e2e, "end to end (Wan VAE)", {"vae_decode": True})):
-            decoder_only = any(part in ("vaefast", "vaeref", "taehv") for part in variant.split("+"))
+            decoder_only = any(
+                part in ("vaefast", "vaeref", "taehv", "vaerelease", "vaeframe") for part in variant.split("+")
+            )
             if not wanted or (decoder_only and kind == "diffusion"):  # decoder levers change no diffusion time
                 continue
             try:

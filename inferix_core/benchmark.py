@@ -15,10 +15,12 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .cache import KVCacheConfig
+from .errors import ConfigError
 from .models.wan.causal_transformer import CausalWanTransformer
 from .models.wan.config import WanConfig
 from .pipeline import BlockDiffusionPipeline, GenerationRequest, PipelineHooks, SamplingConfig
 from .tensors import prefer_expandable_segments
+from .vae.memory import DecodeSlicing
 from .vae.overlap import OverlappedDecoder, to_uint8_frames
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,10 @@ class BenchConfig:
     resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
     gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
     cuda_graphs: bool = False  # capture whole transformer calls as CUDA graphs (models.wan.cuda_graphs)
+    # the Wan 2.1 VAE's streamed decode without a card: None = the VAE's default (whole blocks), "release" = the
+    # previous decode state freed entry by entry, "frame" = that and one latent frame per decoder call (the
+    # e2e peak lever of issue #19: the same frames, a smaller working set)
+    vae_slicing: str | None = None
 
     @classmethod
     def for_preset(cls, preset: str, **overrides) -> BenchConfig:
@@ -126,12 +132,13 @@ VARIANT_PARTS: dict[str, dict] = {
     "vaefast": dict(vae_fast=True),
     "vaeref": dict(vae_fast=False),
     "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
+    "vaerelease": dict(vae_slicing="release"),  # end to end: the previous decode state released entry by entry
+    "vaeframe": dict(vae_slicing="frame"),  # that, and one latent frame per decoder call
 }
 
 
 def variant_options(variant: str) -> dict:
     """BenchConfig overrides of a "+"-joined variant name, e.g. "compile+graphs"."""
-    from .errors import ConfigError
 
     opts: dict = {}
     for part in variant.split("+"):
@@ -303,6 +310,22 @@ def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: i
     )
 
 
+BENCH_DECODE_SLICINGS = {"release": DecodeSlicing(release_previous_state=True), "frame": DecodeSlicing(1, True)}
+
+
+def bench_decode_slicing(cfg: BenchConfig) -> DecodeSlicing | None:
+    """The slicing a `vae_slicing` variant asks for (the Wan 2.1 VAE only; a card's plan chooses its own)."""
+    if cfg.vae_slicing is None:
+        return None
+    if cfg.vae_slicing not in BENCH_DECODE_SLICINGS:
+        raise ConfigError(
+            f"unknown vae_slicing '{cfg.vae_slicing}'; expected one of {', '.join(BENCH_DECODE_SLICINGS)}"
+        )
+    if not cfg.vae_decode or cfg.decoder != "wan":
+        raise ConfigError("vae_slicing needs the Wan VAE decode (vae_decode=True, decoder='wan')")
+    return BENCH_DECODE_SLICINGS[cfg.vae_slicing]
+
+
 def planned_decode_slicing(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None):
     """With gpu_memory_gb and the Wan 2.1 VAE: the fastest decode slicing whose plan fits the card (the
     smallest when none does, as `plan_resident_blocks` chose); else None (the VAE's default)."""
@@ -370,8 +393,8 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
 
     swap = getattr(pipe.model, "block_swap", None)
     resident = swap.resident if swap is not None and swap.swapped else None
-    slicing = planned_decode_slicing(cfg, pipe.cache_config, resident)
-    if slicing is not None:  # the Wan 2.1 VAE decodes as planned for the card
+    slicing = planned_decode_slicing(cfg, pipe.cache_config, resident) or bench_decode_slicing(cfg)
+    if slicing is not None:  # the Wan 2.1 VAE decodes as planned for the card (or as the variant asks)
         vae.stream_slicing = slicing
     plan = bench_memory_plan(cfg, pipe.cache_config, resident, slicing)
     planned = plan.torch_bytes  # the tensors: what the allocated peak is compared with

@@ -100,3 +100,26 @@ def test_bench_variants_run_each_lever_and_name_unknown_parts(tmp_path, capsys):
     assert rows[0]["config"]["cuda_graphs"] is False and rows[1]["config"]["cuda_graphs"] is True
     text = capsys.readouterr().out
     assert "graphs" in text and "on, refused" in text and "x of eager" in text
+
+
+def test_decode_slicing_variants_reach_the_decoder_and_default_to_whole_blocks():
+    """`vaerelease` / `vaeframe` (the e2e-peak levers) set the Wan VAE's slicing; by default it decodes whole
+    blocks, as the loader's VAE does without a memory budget; a variant without the Wan VAE is refused."""
+    import pytest
+
+    from inferix_core.benchmark import run_engine_benchmark, variant_options
+    from inferix_core.errors import ConfigError
+
+    assert BenchConfig().vae_slicing is None and _cli_defaults().vae_slicing is None
+    seen = {}
+    for variant in ("vaefast", "vaerelease", "vaeframe"):
+        cfg = BenchConfig(preset="tiny", device="cpu", dtype="fp32", latent_frames=6, warmup=0, repeats=1,
+                          vae_decode=True, **variant_options(variant))  # fmt: skip
+        seen[variant] = run_engine_benchmark(cfg)["decode_slicing"]
+    assert seen == {
+        "vaefast": "whole block per decoder call",
+        "vaerelease": "whole block per decoder call, previous state released",
+        "vaeframe": "1 latent frame per call, previous state released",
+    }
+    with pytest.raises(ConfigError, match="needs the Wan VAE"):
+        run_engine_benchmark(BenchConfig(preset="tiny", device="cpu", dtype="fp32", **variant_options("vaeframe")))

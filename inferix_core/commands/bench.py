@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--variants",
         help="comma list of levers to run one after another on top of the other flags, parts joined with + "
         "(e.g. eager,graphs,compile,compile+graphs; parts: eager, cudnn, compile, graphs, fa4, fp8, vaefast, "
-        "vaeref, taehv, reduceoverhead); prints one line per variant",
+        "vaeref, vaerelease, vaeframe, taehv, reduceoverhead); prints one line per variant",
     )
     p.add_argument("--json", type=Path, help="write the full result here (a taken name gets the next number)")
     p.add_argument("--force", action="store_true", help="let --json replace an existing file")
