@@ -33,6 +33,7 @@ from inferix_core.models.wan.config import WanConfig
 
 MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_scaled_mm", "_convolution"}
 COPY_OPS = {"copy_", "_to_copy", "clone", "cat", "stack", "index_copy_", "index_put_", "index_copy", "contiguous"}
+NO_KERNEL = {"empty", "empty_strided", "empty_like", "promote_types", "result_type"}
 MEMORY_KINDS = ("elementwise", "copy", "norm")  # memory-bound kernels: what the eager fusion of issue #19 cuts
 
 
@@ -75,7 +76,10 @@ class OpBytes(TorchDispatchMode):
         if func.is_view or name in {"view", "_unsafe_view", "alias", "detach", "lift_fresh"}:
             self.views[name] += 1
             return out
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if name in NO_KERNEL or not any(isinstance(t, torch.Tensor) for t in tree_leaves(out)):
+            return out  # allocations and dtype queries: no kernel, no bytes
+        read = {k: v for k, v in (kwargs or {}).items() if k != "out"}  # out= is written, counted as the output
+        inputs = [t for t in tree_leaves((args, read)) if isinstance(t, torch.Tensor)]
         if name in {"index_copy_", "index_put_", "index_copy", "index_put"}:  # the written rows, not the buffer
             source = inputs[-1]
             self.record(name, [source, source, *inputs[1:-1]])
