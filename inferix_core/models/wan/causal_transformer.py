@@ -78,13 +78,17 @@ class _Attention(nn.Module):
 class SelfAttention(_Attention):
     def forward(self, x, freqs, kv=None, mask=None):
         b, s, _ = x.shape
-        q = self.norm_q(self.q(x)).view(b, s, self.num_heads, self.head_dim)  # (B, L, H, D)
-        k = self.norm_k(self.k(x)).view(b, s, self.num_heads, self.head_dim)
-        v = self.v(x).view(b, s, self.num_heads, self.head_dim)
-        q = apply_rope(q, freqs).type_as(v)
-        k = apply_rope(k, freqs).type_as(v)
+        v = self.v(x).view(b, s, self.num_heads, self.head_dim)  # (B, L, H, D)
+        q = apply_rope(self.qk_norm(self.norm_q, self.q(x)).view(b, s, self.num_heads, self.head_dim), freqs, v.dtype)
+        k = apply_rope(self.qk_norm(self.norm_k, self.k(x)).view(b, s, self.num_heads, self.head_dim), freqs, v.dtype)
         out = self.attend_cached(q, k, v, kv, mask)  # (B, L, H, D)
         return self.o(out.flatten(2))
+
+    @staticmethod
+    def qk_norm(norm: nn.Module, t: torch.Tensor) -> torch.Tensor:
+        """The qk-RMSNorm's output as the float32 RoPE rotates: its weight multiply writes float32 itself
+        (the values rounded to t's dtype as before), so RoPE needs no cast pass up."""
+        return norm(t, out_dtype=torch.float32) if isinstance(norm, RMSNorm) else norm(t)
 
     @torch.compiler.disable
     def attend_cached(self, q, k, v, kv=None, mask=None):
@@ -153,18 +157,21 @@ class AttentionBlock(nn.Module):
     def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None, action: ActionInputs | None = None,
                 img_k=None, img_v=None):  # fmt: skip
         # x: (B, F*HW, C); e0: (B, F, 6, C) -> six (B, F, 1, C) rows, one per frame
-        e = (self.modulation.unsqueeze(1) + e0).chunk(6, dim=2)
+        mod = self.modulation.unsqueeze(1) + e0
+        e = mod.chunk(6, dim=2)
+        scale_attn, scale_ffn = (1 + mod[:, :, 1::3]).chunk(2, dim=2)  # 1 + e[1] and 1 + e[4] in one op
 
         def per_frame(t):  # (B, F*HW, C) -> (B, F, HW, C)
             return t.unflatten(1, (num_frames, -1))
 
-        y = self.self_attn((per_frame(self.norm1(x)) * (1 + e[1]) + e[0]).flatten(1, 2), freqs, kv, mask)
-        x = x + (per_frame(y) * e[2]).flatten(1, 2)
+        # modulation x·(1 + scale) + shift and gated residuals x + y·gate: one addcmul each, not mul + add
+        y = self.self_attn(torch.addcmul(e[0], per_frame(self.norm1(x)), scale_attn).flatten(1, 2), freqs, kv, mask)
+        x = torch.addcmul(per_frame(x), per_frame(y), e[2]).flatten(1, 2)
         x = x + self.cross_attn(self.norm3(x), ctx_k, ctx_v, img_k, img_v)
         if self.action_model is not None:
             x = self.action_model(x, action)  # its own residuals, neither gated nor modulated
-        y = self.ffn((per_frame(self.norm2(x)) * (1 + e[4]) + e[3]).flatten(1, 2))
-        return x + (per_frame(y) * e[5]).flatten(1, 2)
+        y = self.ffn(torch.addcmul(e[3], per_frame(self.norm2(x)), scale_ffn).flatten(1, 2))
+        return torch.addcmul(per_frame(x), per_frame(y), e[5]).flatten(1, 2)
 
 
 class ImageProjection(nn.Module):
@@ -196,7 +203,9 @@ class Head(nn.Module):
     def forward(self, x, e, num_frames):
         # x: (B, F*HW, C); e: (B, F, 1, C), the time embedding (not the 6-way projection)
         shift, scale = (self.modulation.unsqueeze(1) + e).chunk(2, dim=2)
-        return self.head(self.norm(x).unflatten(1, (num_frames, -1)) * (1 + scale) + shift)  # (B, F, HW, out)
+        return self.head(
+            torch.addcmul(shift, self.norm(x).unflatten(1, (num_frames, -1)), 1 + scale)
+        )  # (B, F, HW, out)
 
 
 class CausalWanTransformer(nn.Module):

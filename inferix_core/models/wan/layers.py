@@ -4,7 +4,8 @@ Precision: the sinusoidal features and the RoPE angles are computed in float64 a
 the RoPE rotation itself is applied in float32 (the reference rotates in complex128). Rotating in
 float32 keeps the fp32 fixtures within ~1e-6 of the reference while moving a quarter of the bytes, and
 it is a plain real-valued formula that `torch.compile` fuses with the qk-norm (complex tensors are
-not fused). RMSNorm normalises in float32. RoPE angles are computed from the absolute position on
+not fused). RMSNorm and LayerNorm normalise in float32 (a bf16 input is upcast inside the norm kernel,
+not by a cast pass). RoPE angles are computed from the absolute position on
 the fly, so positions never wrap or run out of a table (the reference's table stops at 1024 positions
 per axis; for positions < 1024 the values are identical).
 """
@@ -19,24 +20,46 @@ from ...tensors import to_device_async  # used below; also imported from here by
 
 
 class RMSNorm(nn.Module):
-    """x · rsqrt(mean(x²) + eps) · weight, normalised in float32 (as Wan's WanRMSNorm)."""
+    """x · rsqrt(mean(x²) + eps) · weight, normalised in float32 (as Wan's WanRMSNorm).
+
+    Wan rounds the normalised x to x's dtype before the weight multiply (`_norm(x.float()).type_as(x) *
+    weight`); so does this: `F.rms_norm` without a weight is that first part (it upcasts a bf16 x to
+    float32 and rounds its result once; on CUDA one fused kernel instead of cast, pow, mean, add, rsqrt,
+    mul, cast), then the weight multiply. With `out_dtype` wider than that product (RoPE wants float32),
+    the same multiply stores its rounded result as out_dtype: on CUDA one kernel instead of mul + cast
+    (with autograd or under `torch.compile`, which take no `out=`, the multiply and then the cast).
+    """
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        normed = F.rms_norm(x, (x.shape[-1],), eps=self.eps)  # float32 inside, returned in x's dtype
+        dtype = torch.promote_types(normed.dtype, self.weight.dtype)
+        if out_dtype is None or out_dtype == dtype:
+            return normed * self.weight
+        grad = torch.is_grad_enabled() and (normed.requires_grad or self.weight.requires_grad)
+        if grad or torch.compiler.is_compiling() or torch.promote_types(dtype, out_dtype) != out_dtype:
+            return (normed * self.weight).to(out_dtype)  # autograd and Inductor take no out=; narrower: a cast
+        return torch.mul(normed, self.weight, out=torch.empty(normed.shape, dtype=out_dtype, device=normed.device))
 
 
 class LayerNorm(nn.LayerNorm):
-    """LayerNorm computed in float32 (affine parameters too) and returned in the input dtype."""
+    """LayerNorm computed in float32 (affine parameters too) and returned in the input dtype.
+
+    For a bf16/fp16 x with parameters of its dtype, `F.layer_norm` on x itself is that computation: the
+    kernel (CUDA and CPU) accumulates and normalises in float32 and rounds its output once, which is
+    what casting x up, normalising and casting back does in three passes (two of them copies).
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = None if self.weight is None else self.weight.float()
-        bias = None if self.bias is None else self.bias.float()
+        weight, bias = self.weight, self.bias
+        if x.dtype in (torch.bfloat16, torch.float16) and all(p is None or p.dtype == x.dtype for p in (weight, bias)):
+            return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+        weight = None if weight is None else weight.float()
+        bias = None if bias is None else bias.float()
         return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).type_as(x)
 
 
@@ -104,18 +127,21 @@ class RotaryEmbedding3D:
         return freqs
 
 
-def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, L, H, D) by (L, 1, D/2, 2) (cos, sin) pairs in float32; returned in x's dtype.
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Rotate (B, L, H, D) by (L, 1, D/2, 2) (cos, sin) pairs in float32; returned in `dtype` (x's by default).
 
-    Eager: one complex64 multiply (3 kernels). Under `torch.compile`: the same products written out
-    in real arithmetic, which Inductor fuses with the surrounding norm (it does not fuse complex ops).
+    Eager: one complex64 multiply, plus a cast of x up when it is not float32 already (RMSNorm can hand
+    over float32 with no cast pass: `RMSNorm(x, out_dtype=torch.float32)`) and one cast down to `dtype`
+    when that is not float32. Under `torch.compile`: the same products written out in real arithmetic,
+    which Inductor fuses with the surrounding norm (it does not fuse complex ops).
     """
     b, seq, heads, dim = x.shape
+    dtype = x.dtype if dtype is None else dtype
     xr = x.float().view(b, seq, heads, dim // 2, 2)
     if not torch.compiler.is_compiling():
         out = torch.view_as_real(torch.view_as_complex(xr) * torch.view_as_complex(freqs))
-        return out.flatten(3).to(x.dtype)
+        return out.flatten(3).to(dtype)
     x1, x2 = xr[..., 0], xr[..., 1]
     cos, sin = freqs[..., 0], freqs[..., 1]
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return out.flatten(3).to(x.dtype)
+    return out.flatten(3).to(dtype)
