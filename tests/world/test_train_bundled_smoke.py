@@ -31,7 +31,7 @@ def test_two_call_smoke_run_exports_a_loadable_prompted_model(tmp_path):
     assert "tf done" in log and "rollout done" in log  # call 1's log carried over, then call 2's
     config = json.loads((out2 / "config.json").read_text())
     assert config["training"]["rollout"]["steps"] > config["training"]["teacher_forcing"]["steps"]
-    assert config["height"] == config["width"] == 32 and config["cache"]["sink_frames"] == 0
+    assert config["height"] == config["width"] == 32 and config["cache"]["sink_frames"] == 3
 
     b = load_bundled(out2)
     scenes = b.prompt_encoder.config.scene_names

@@ -27,7 +27,8 @@ class RMSNorm(nn.Module):
     float32 and rounds its result once; on CUDA one fused kernel instead of cast, pow, mean, add, rsqrt,
     mul, cast), then the weight multiply. With `out_dtype` wider than that product (RoPE wants float32),
     the same multiply stores its rounded result as out_dtype: on CUDA one kernel instead of mul + cast
-    (with autograd or under `torch.compile`, which take no `out=`, the multiply and then the cast).
+    (with autograd, under `torch.compile`, which take no `out=`, and on the CPU, which makes a temporary for
+    it: the multiply and then the cast).
     """
 
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -41,8 +42,10 @@ class RMSNorm(nn.Module):
         if out_dtype is None or out_dtype == dtype:
             return normed * self.weight
         grad = torch.is_grad_enabled() and (normed.requires_grad or self.weight.requires_grad)
-        if grad or torch.compiler.is_compiling() or torch.promote_types(dtype, out_dtype) != out_dtype:
-            return (normed * self.weight).to(out_dtype)  # autograd and Inductor take no out=; narrower: a cast
+        cast = grad or torch.compiler.is_compiling() or normed.device.type == "cpu"
+        if cast or torch.promote_types(dtype, out_dtype) != out_dtype:
+            # autograd and Inductor take no out=, the CPU makes a temporary for it anyway; narrower: a cast
+            return (normed * self.weight).to(out_dtype)
         return torch.mul(normed, self.weight, out=torch.empty(normed.shape, dtype=out_dtype, device=normed.device))
 
 
