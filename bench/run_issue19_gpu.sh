@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #19 on one GPU in one device call (< 600 s): the CUDA tests of the CUDA-graph runner and the FA4
-# backend, then ours with and without CUDA graphs (diffusion, then end to end with the Wan VAE at the
-# loader's CUDA decode options). Every part has its own time limit and writes its JSON as it goes, so a
+# backend, then ours eager / compiled / compiled with CUDA graphs (diffusion), then end to end with the Wan VAE at
+# the loader's CUDA decode options, whole blocks against the e2e-peak levers (previous state released, one latent
+# frame per call). Every part has its own time limit and writes its JSON as it goes, so a
 # part cut short still returns what it measured. Writes under ${OUT:-out}/.
 #   REF=/path/to/Self-Forcing  adds the reference's rows (bench/compare_reference.py --reference-dir)
 #   FA4 variants run only when flash_attn.cute imports (pip install '.[fa4]' first).
@@ -14,16 +15,16 @@ git rev-parse HEAD 2>/dev/null | tee "$OUT/commit.txt"
 python -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
 REFARG=()
 if [ -n "${REF:-}" ] && [ -d "$REF" ]; then REFARG=(--reference-dir "$REF"); fi
-VARIANTS=eager,graphs,compile,compile+graphs
+VARIANTS=eager,compile,compile+graphs
 if python -c "import flash_attn.cute.interface" 2>/dev/null; then
   VARIANTS=$VARIANTS,compile+graphs+fa4; echo "flash-attn-4: importable" | tee -a "$OUT/gpu.txt"
 else
   echo "flash-attn-4: not installed (fa4 variants skipped; its CUDA test skips)" | tee -a "$OUT/gpu.txt"
 fi
-timeout 150 python -m pytest -m cuda -v -rs -p no:cacheprovider \
+timeout 100 python -m pytest -m cuda -v -rs -p no:cacheprovider \
   tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py 2>&1 | tail -60 | tee "$OUT/cuda_tests.txt"
 timeout 190 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what diffusion --variants "$VARIANTS" \
   --warmup 1 --repeats 3 --json "$OUT/graphs_diffusion.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_diffusion.txt"
-timeout 200 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile,compile+graphs \
+timeout 260 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile,compile+vaerelease,compile+vaeframe \
   --warmup 1 --repeats 2 --json "$OUT/graphs_e2e.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_e2e.txt"
 echo "done; files in $OUT:"; ls -la "$OUT"
