@@ -94,7 +94,9 @@ def test_control_button_sends_keys_and_mouse_look(tmp_path):
     try:
         port = devtools_port(proc, tmp_path / "profile")
         targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=5).read())
-        ws = websocket.create_connection(next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"])
+        page = next(t for t in targets if t["type"] == "page")
+        # no Origin header: Chromium ≥ 111 refuses DevTools sockets from an origin it was not told to allow
+        ws = websocket.create_connection(page["webSocketDebuggerUrl"], suppress_origin=True)
         _cdp(ws, "Page.navigate", url=f"http://127.0.0.1:{server.server_address[1]}/index.html")
         for _ in range(50):
             if _eval(ws, "window.ready === true"):

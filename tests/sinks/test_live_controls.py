@@ -88,7 +88,7 @@ def test_page_sends_held_keys_and_pointer_lock_mouse_look(tmp_path):
             port = devtools_port(proc, tmp_path)
             targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=5).read())
             page = next(t for t in targets if t["type"] == "page")
-            ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=10)
+            ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=10, suppress_origin=True)
             _cdp(ws, "Page.enable")
             _cdp(ws, "Page.navigate", url=view.url)
             time.sleep(1.0)
