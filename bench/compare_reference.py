@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import refgen  # the import shims shared with the fixture generators
 
-from inferix_core.benchmark import VARIANT_PARTS, variant_options
+from inferix_core.benchmark import VARIANT_PARTS, decoder_only, variant_options
 from inferix_core.errors import ConfigError
 
 WAN_13B = dict(
@@ -195,10 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     save()
     for variant in args.variants.split(","):
         for wanted, kind, extra in ((diffusion, "diffusion", {}), (e2e, "end to end (Wan VAE)", {"vae_decode": True})):
-            decoder_only = any(
-                part in ("vaefast", "vaeref", "taehv", "vaerelease", "vaeframe") for part in variant.split("+")
-            )
-            if not wanted or (decoder_only and kind == "diffusion"):  # decoder levers change no diffusion time
+            if not wanted or (decoder_only(variant) and kind == "diffusion"):  # decoder levers change no diffusion time
                 continue
             try:
                 rows.append((f"ours {variant}", kind, run_ours(variant, args.warmup, args.repeats, **extra)))

@@ -137,6 +137,15 @@ VARIANT_PARTS: dict[str, dict] = {
 }
 
 
+DECODER_FIELDS = frozenset({"vae_fast", "decoder", "vae_slicing"})  # BenchConfig fields only the decode reads
+
+
+def decoder_only(variant: str) -> bool:
+    """Whether a "+"-joined variant has a part that changes only the decode (no diffusion time to measure)."""
+    fields = [set(VARIANT_PARTS.get(part, {})) for part in variant.split("+")]
+    return any(f and f <= DECODER_FIELDS for f in fields)  # "eager" sets nothing: not a decode lever
+
+
 def variant_options(variant: str) -> dict:
     """BenchConfig overrides of a "+"-joined variant name, e.g. "compile+graphs"."""
 
@@ -393,7 +402,8 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
 
     swap = getattr(pipe.model, "block_swap", None)
     resident = swap.resident if swap is not None and swap.swapped else None
-    slicing = planned_decode_slicing(cfg, pipe.cache_config, resident) or bench_decode_slicing(cfg)
+    asked = bench_decode_slicing(cfg)  # checked even where a card's plan below chooses instead
+    slicing = planned_decode_slicing(cfg, pipe.cache_config, resident) or asked
     if slicing is not None:  # the Wan 2.1 VAE decodes as planned for the card (or as the variant asks)
         vae.stream_slicing = slicing
     plan = bench_memory_plan(cfg, pipe.cache_config, resident, slicing)

@@ -8,6 +8,7 @@ CUDA starts, the switch is the environment variable the allocator reads when it 
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -29,16 +30,12 @@ def clean_env(monkeypatch):
 def test_a_budget_on_cuda_sets_expandable_segments_and_says_so(clean_env, caplog):
     with caplog.at_level(logging.INFO, logger="inferix_core.tensors"):
         assert prefer_expandable_segments("cuda") is True
-    import os
-
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert "expandable segments" in caplog.text
 
 
 @pytest.mark.parametrize("name", VARS)
 def test_a_configuration_already_set_is_kept(clean_env, name, caplog):
-    import os
-
     clean_env.setenv(name, "backend:cudaMallocAsync")  # what ComfyUI may choose
     with caplog.at_level(logging.INFO, logger="inferix_core.tensors"):
         assert prefer_expandable_segments(torch.device("cuda", 0)) is False
@@ -48,8 +45,6 @@ def test_a_configuration_already_set_is_kept(clean_env, name, caplog):
 
 
 def test_cpu_runs_leave_the_allocator_alone(clean_env):
-    import os
-
     assert prefer_expandable_segments("cpu") is False
     assert not any(os.environ.get(v) for v in VARS)
 

@@ -121,5 +121,10 @@ def test_decode_slicing_variants_reach_the_decoder_and_default_to_whole_blocks()
         "vaerelease": "whole block per decoder call, previous state released",
         "vaeframe": "1 latent frame per call, previous state released",
     }
+    # compare_reference.py skips the diffusion row of a decode-only lever: the table says which those are
+    from inferix_core.benchmark import VARIANT_PARTS, decoder_only
+
+    assert [v for v in VARIANT_PARTS if decoder_only(v)] == ["vaefast", "vaeref", "taehv", "vaerelease", "vaeframe"]
+    assert decoder_only("compile+vaeframe") and not decoder_only("compile+graphs")
     with pytest.raises(ConfigError, match="needs the Wan VAE"):
         run_engine_benchmark(BenchConfig(preset="tiny", device="cpu", dtype="fp32", **variant_options("vaeframe")))
