@@ -162,7 +162,7 @@ def rollout(
 # --------------------------------------------------------------------------- parts
 
 
-def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0) -> dict:
+def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0, seed: int = EVAL_SEED) -> dict:
     """Per-frame PSNR/SSIM vs. the true rendering of the same actions, over the first `seconds` after the prefix."""
     world, fps = world_of(bundle), bundle.config["fps"]
     num_latent = 3 + 3 * int(np.ceil(seconds * fps / 12))
@@ -170,9 +170,9 @@ def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0) -> 
     ps, ss, ae_ps = [], [], []
     for i in range(episodes):
         idx, scene = FIDELITY_BASE + i, world.scene(i)
-        lat = episode_actions(EVAL_SEED, idx, num_latent)
-        truth = world.render(episode_seed(EVAL_SEED, idx), latent_to_pixel_actions(lat), scene)
-        gen, _ = rollout(bundle, episode_seed(EVAL_SEED, idx), lat, noise_seed=i, scene=scene, world=world)
+        lat = episode_actions(seed, idx, num_latent)
+        truth = world.render(episode_seed(seed, idx), latent_to_pixel_actions(lat), scene)
+        gen, _ = rollout(bundle, episode_seed(seed, idx), lat, noise_seed=i, scene=scene, world=world)
         ps.append(psnr(gen[sl], truth[sl]))
         ss.append(ssim(gen[sl], truth[sl]))
         video = torch.from_numpy(truth).to(_device(bundle)).permute(3, 0, 1, 2).unsqueeze(0).float() / 127.5 - 1
@@ -190,7 +190,9 @@ def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0) -> 
     }
 
 
-def steering(bundle: BundledWorldModel, cases: int = 16, steer_blocks: int = 1, min_shift: int = 2) -> dict:
+def steering(
+    bundle: BundledWorldModel, cases: int = 16, steer_blocks: int = 1, min_shift: int = 2, seed: int = EVAL_SEED
+) -> dict:
     """From the same start and noise: steer_left or steer_right for steer_blocks blocks, against 'none'.
 
     The horizontal shift of the near ground rows (0.6-0.8 of the height, above the car) of the last
@@ -209,18 +211,19 @@ def steering(bundle: BundledWorldModel, cases: int = 16, steer_blocks: int = 1, 
         if len(out) >= cases:
             break
         idx, scene = STEER_BASE + i, world.scene(i)
-        seed = episode_seed(EVAL_SEED, idx)
-        base = episode_actions(EVAL_SEED, idx, n)
+        world_seed = episode_seed(seed, idx)
+        base = episode_actions(seed, idx, n)
         seqs = {k: np.concatenate([base, np.full(n * steer_blocks, a)]) for k, a in (("left", LEFT), ("right", RIGHT))}
         seqs["none"] = np.concatenate([base, np.full(n * steer_blocks, NONE)])
-        tru = {k: world.render(seed, latent_to_pixel_actions(v), scene)[-1] for k, v in seqs.items()}
+        tru = {k: world.render(world_seed, latent_to_pixel_actions(v), scene)[-1] for k, v in seqs.items()}
         true_shift = {k: horizontal_shift(tru[k], tru["none"], rows, max_shift) for k in ("left", "right")}
         keep = [k for k, t in true_shift.items() if min_shift <= abs(t) < max_shift][: cases - len(out)]
         skipped += [{"start": idx, "steer": k, "true_shift": t} for k, t in true_shift.items() if k not in keep]
         if not keep:
             continue
         gen = {
-            k: rollout(bundle, seed, seqs[k], noise_seed=7, scene=scene, world=world)[0][-1] for k in ["none", *keep]
+            k: rollout(bundle, world_seed, seqs[k], noise_seed=7, scene=scene, world=world)[0][-1]
+            for k in ["none", *keep]
         }
         for k in keep:
             m = horizontal_shift(gen[k], gen["none"], rows, max_shift)
@@ -339,17 +342,19 @@ def proxy_vde(generated: np.ndarray, truth: np.ndarray, chunks: int = 10) -> dic
 # --------------------------------------------------------------------------- long rollouts
 
 
-def long_rollouts(bundle: BundledWorldModel, minutes: float, scenes: list[str | None] | None = None) -> dict:
+def long_rollouts(
+    bundle: BundledWorldModel, minutes: float, scenes: list[str | None] | None = None, seed: int = EVAL_SEED
+) -> dict:
     """One rollout of `minutes` per scene: palette agreement and proxy VDE, with the frames for a contact sheet."""
     world, fps, n = world_of(bundle), bundle.config["fps"], bundle.config["sampling"]["block_frames"]
     num_latent = n * int(np.ceil((minutes * 60 * fps / 4 + 1) / n))
     out: dict = {"minutes": minutes, "latent_frames": num_latent, "scenes": {}}
     for i, scene in enumerate(scenes if scenes is not None else world.scenes):
         idx = LONG_BASE + i
-        lat = episode_actions(EVAL_SEED, idx, num_latent)
-        seed = episode_seed(EVAL_SEED, idx)
-        truth = world.render(seed, latent_to_pixel_actions(lat), scene)
-        gen, secs = rollout(bundle, seed, lat, noise_seed=idx, scene=scene, world=world)
+        lat = episode_actions(seed, idx, num_latent)
+        world_seed = episode_seed(seed, idx)
+        truth = world.render(world_seed, latent_to_pixel_actions(lat), scene)
+        gen, secs = rollout(bundle, world_seed, lat, noise_seed=idx, scene=scene, world=world)
         r: dict = {"episode": idx, "frames": len(gen), "rollout_s": round(secs, 1)}
         if scene is not None:
             r["palette"] = palette_agreement(gen[9:], scene)
