@@ -5,9 +5,12 @@
 # frame per call). Every part has its own time limit and writes its JSON as it goes, so a
 # part cut short still returns what it measured. Writes under ${OUT:-out}/.
 #   REF=/path/to/Self-Forcing  adds the reference's rows (bench/compare_reference.py --reference-dir)
+#   PARTS=tests,diffusion,e2e  (the default: all three) runs only the parts named, for a call split in two
 #   FA4 variants run only when flash_attn.cute imports (pip install '.[fa4]' first).
 set -u
 OUT=${OUT:-out}
+PARTS=,${PARTS:-tests,diffusion,e2e},
+part() { [[ $PARTS == *,$1,* ]]; }
 mkdir -p "$OUT"
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
@@ -21,10 +24,10 @@ if python -c "import flash_attn.cute.interface" 2>/dev/null; then
 else
   echo "flash-attn-4: not installed (fa4 variants skipped; its CUDA test skips)" | tee -a "$OUT/gpu.txt"
 fi
-timeout 100 python -m pytest -m cuda -v -rs -p no:cacheprovider \
+part tests && timeout 100 python -m pytest -m cuda -v -rs -p no:cacheprovider \
   tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py 2>&1 | tail -60 | tee "$OUT/cuda_tests.txt"
-timeout 190 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what diffusion --variants "$VARIANTS" \
+part diffusion && timeout 190 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what diffusion --variants "$VARIANTS" \
   --warmup 1 --repeats 3 --json "$OUT/graphs_diffusion.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_diffusion.txt"
-timeout 260 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile,compile+vaerelease,compile+vaeframe \
+part e2e && timeout 260 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile,compile+vaerelease,compile+vaeframe \
   --warmup 1 --repeats 2 --json "$OUT/graphs_e2e.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_e2e.txt"
 echo "done; files in $OUT:"; ls -la "$OUT"
