@@ -119,6 +119,34 @@ def _carry_dir(path: Path) -> Path:
     raise FileNotFoundError(f"{path} has no state.json (nor resume/state.json): pass the OUT folder of call 1")
 
 
+def carry_from_bundle(bundle: Path, carry: Path) -> None:
+    """Write an exported bundle as a carry whose autoencoder and teacher forcing are done, so that a further
+    rollout phase starts from the shipped weights. The fp16 weights become fp32; the optimiser starts fresh,
+    as it does in every call; the steps continue from the bundle's last one (`state["start_step"]`)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((bundle / "config.json").read_text())
+    training = config.get("training") or {}
+    if config.get("family") != "bundled_world" or "teacher_forcing" not in training:
+        raise SystemExit(f"error: {bundle} is not a bundle exported by training.train_bundled (config.json)")
+    transformer = load_file(str(bundle / "transformer.safetensors"))
+    world = {"prompt.table": transformer.pop("bundled_vocabulary")}
+    world.update({f"transformer.{k}": v for k, v in transformer.items()})
+    save_carry(carry, "world", world)
+    save_carry(carry, "ae", load_file(str(bundle / "vae.safetensors")))
+    last = training.get("rollout") or training["teacher_forcing"]
+    state = {
+        "done": ["ae", "tf"],
+        "ae_config": config["vae"]["config"],
+        "tf": training["teacher_forcing"],
+        "start_step": last["steps"],
+        "earlier_calls": [*training.get("earlier_calls", []), {k: training.get(k) for k in ("command", "rollout")}],
+    }
+    (carry / "state.json").write_text(json.dumps(state, indent=1))
+    if (bundle / "train_log.txt").exists():
+        shutil.copy(bundle / "train_log.txt", carry / "train_log.txt")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="where the exported weights, the carry and logs go")
@@ -126,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny sizes, a few steps, CPU: checks the whole path")
     p.add_argument("--resume", action="store_true", help="continue from the full checkpoints in --work")
     p.add_argument("--resume-from", type=Path, default=None, help="the OUT (or OUT/resume) of an earlier call")
+    p.add_argument("--continue-from", type=Path, default=None,
+                   help="an exported bundle: train a further rollout phase from its weights")  # fmt: skip
     p.add_argument("--until", choices=("ae", "tf", "all"), default="all", help="stop after this phase")
     p.add_argument("--budget-seconds", type=float, default=None, help="wall-clock cap of this call, all phases")
     p.add_argument("--episodes", type=int, default=3072)
@@ -155,6 +185,11 @@ def main(argv: list[str] | None = None) -> None:
         args.episodes, args.latent_frames, args.size, args.batch, args.clip_frames = 6, 9, 32, 2, 6
         args.ae_steps, args.tf_steps, args.rollout_steps, args.ckpt_every = 3, 3, 4, 2
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.continue_from is not None:
+        if args.resume_from is not None:
+            raise SystemExit("error: pass --resume-from (a carry) or --continue-from (a bundle), not both")
+        args.resume_from = args.work / "bundle_carry"
+        carry_from_bundle(args.continue_from, args.resume_from)
     carry_in = _carry_dir(args.resume_from) if args.resume_from is not None else None
     log_path = args.out / "train_log.txt"
     if carry_in is not None and not log_path.exists():
@@ -263,11 +298,12 @@ def main(argv: list[str] | None = None) -> None:
 
     # 5. rollouts on the model's own KV-cache generations
     if "rollout" not in state["done"]:
+        start = state.get("start_step", state["tf"]["steps"])
         rec = train_world(
             pool, world, sampling, cache_cfg, device,
             Checkpointer(args.work / "rollout.pt", args.ckpt_every, args.resume),
-            state["tf"]["steps"] + args.rollout_steps, min(args.rollout_time, left(40.0)), batch=args.batch, lr=args.rollout_lr,
-            clip_frames=args.clip_frames, rollout_share=args.rollout_share, start_step=state["tf"]["steps"],
+            start + args.rollout_steps, min(args.rollout_time, left(40.0)), batch=args.batch, lr=args.rollout_lr,
+            clip_frames=args.clip_frames, rollout_share=args.rollout_share, start_step=start,
             phase="rollout", log=log,
         )  # fmt: skip
         state["rollout"] = rec
@@ -285,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         "teacher_forcing": state.get("tf"),
         "rollout": state.get("rollout"),
         "rollout_share": args.rollout_share,
+        "earlier_calls": state.get("earlier_calls", []),
         "seconds_this_call": round(time.time() - t_start, 1),
     }
     inference_cache = SMOKE_INFERENCE_CACHE if args.smoke else INFERENCE_CACHE

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
+from safetensors.torch import load_file
 
 from inferix_core.models.bundled import load_bundled
-from training.checkpoint import MAX_SHARD_BYTES
+from training.checkpoint import MAX_SHARD_BYTES, load_carry
 from training.train_bundled import main
 
 
@@ -38,3 +40,45 @@ def test_two_call_smoke_run_exports_a_loadable_prompted_model(tmp_path):
     assert len(scenes) >= 2
     first, second = (b.encode_prompt(" ".join(b.prompt_encoder.config.scenes[s])) for s in scenes[:2])
     assert not torch.equal(first, second) and torch.equal(b.context, b.encode_prompt(""))
+
+
+def test_a_further_rollout_phase_continues_from_an_exported_bundle(tmp_path):
+    """Call 3 starts from call 2's exported fp16 weights: the steps go on from the bundle's last, the earlier
+    calls are recorded, and the weights start exactly where the bundle's were (the first step moves them)."""
+    out1, out2, out3 = tmp_path / "out1", tmp_path / "out2", tmp_path / "out3"
+    main(["--out", str(out1), "--work", str(tmp_path / "w1"), "--smoke", "--until", "tf"])
+    main(["--out", str(out2), "--work", str(tmp_path / "w2"), "--smoke", "--resume-from", str(out1)])
+    before = json.loads((out2 / "config.json").read_text())["training"]
+    main(["--out", str(out3), "--work", str(tmp_path / "w3"), "--smoke", "--continue-from", str(out2)])
+
+    carried = load_carry(tmp_path / "w3" / "bundle_carry", "world")
+    shipped = load_file(str(out2 / "transformer.safetensors"))
+    assert torch.equal(carried["prompt.table"], shipped["bundled_vocabulary"].float())
+    assert all(
+        torch.equal(carried[f"transformer.{k}"], v.float()) for k, v in shipped.items() if k != "bundled_vocabulary"
+    )
+    after = json.loads((out3 / "config.json").read_text())["training"]
+    assert after["rollout"]["steps"] > before["rollout"]["steps"]  # continued, not restarted at the tf step
+    assert after["earlier_calls"][-1] == {"command": before["command"], "rollout": before["rollout"]}
+    assert "rollout done" in (out3 / "train_log.txt").read_text().split("rollout done", 1)[1]  # call 2's and 3's
+    moved = load_file(str(out3 / "transformer.safetensors"))
+    assert any(not torch.equal(moved[k], shipped[k]) for k in shipped)
+    b = load_bundled(out3)
+    assert b.encode_prompt("night").shape[-1] == shipped["bundled_vocabulary"].shape[1]
+
+
+def test_continue_from_refuses_a_folder_that_is_not_an_exported_bundle(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.json").write_text(json.dumps({"family": "wan"}))
+    with pytest.raises(SystemExit, match="not a bundle exported"):
+        main(
+            [
+                "--out",
+                str(tmp_path / "o"),
+                "--work",
+                str(tmp_path / "w"),
+                "--smoke",
+                "--continue-from",
+                str(tmp_path / "b"),
+            ]
+        )
