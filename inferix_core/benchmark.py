@@ -105,9 +105,9 @@ class BenchConfig:
     resident_blocks: int | None = None  # block swap: blocks kept on the GPU (None = all, or planned from gpu_memory_gb)
     gpu_memory_gb: float | None = None  # emulate a card of this size (per-process memory fraction); plans block swap
     cuda_graphs: bool = False  # capture whole transformer calls as CUDA graphs (models.wan.cuda_graphs)
-    # the Wan 2.1 VAE's streamed decode without a card: None = the VAE's default (whole blocks), "release" = the
-    # previous decode state freed entry by entry, "frame" = that and one latent frame per decoder call (the
-    # e2e peak lever of issue #19: the same frames, a smaller working set)
+    # the Wan 2.1 VAE's streamed decode without a card: None = what load_world_model gives on this device (CUDA:
+    # "frame", CPU: "whole"), "whole" = whole blocks per decoder call, "release" = the previous decode state freed
+    # entry by entry, "frame" = that and one latent frame per decoder call (the same frames, a smaller working set)
     vae_slicing: str | None = None
 
     @classmethod
@@ -132,6 +132,7 @@ VARIANT_PARTS: dict[str, dict] = {
     "vaefast": dict(vae_fast=True),
     "vaeref": dict(vae_fast=False),
     "taehv": dict(decoder="taehv"),  # end to end: the TAEHV preview decoder instead of the Wan VAE
+    "vaewhole": dict(vae_slicing="whole"),  # end to end: whole blocks per decoder call (CUDA's default before)
     "vaerelease": dict(vae_slicing="release"),  # end to end: the previous decode state released entry by entry
     "vaeframe": dict(vae_slicing="frame"),  # that, and one latent frame per decoder call
 }
@@ -276,7 +277,7 @@ def bench_vae_memory(cfg: BenchConfig):
     return VAEMemory.estimated(
         preset["latent_height"], preset["latent_width"], 1, DTYPES[cfg.dtype].itemsize,
         96 if cfg.preset in FULL_SIZE_PRESETS else 4, options=bench_vae_decode_options(cfg) or VAEDecodeOptions(),
-        cuda=torch.device(cfg.device).type == "cuda",
+        cuda=torch.device(cfg.device).type == "cuda", slicing=bench_decode_slicing(cfg),
     )  # fmt: skip
 
 
@@ -319,7 +320,11 @@ def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: i
     )
 
 
-BENCH_DECODE_SLICINGS = {"release": DecodeSlicing(release_previous_state=True), "frame": DecodeSlicing(1, True)}
+BENCH_DECODE_SLICINGS = {
+    "whole": DecodeSlicing(),
+    "release": DecodeSlicing(release_previous_state=True),
+    "frame": DecodeSlicing(1, True),
+}
 
 
 def bench_decode_slicing(cfg: BenchConfig) -> DecodeSlicing | None:
@@ -370,6 +375,7 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
 def _bench_decoder(cfg: BenchConfig, preset: dict, device: torch.device, dtype: torch.dtype):
     """The random-weight decoder a benchmark decodes with: `cfg.decoder` ("wan": the Wan 2.1 or, for 48
     latent channels, the Wan 2.2 VAE; "taehv": the preview decoder), full size for the full-size presets."""
+    from .models.registry import loader_vae_stream_slicing
     from .vae import TAEHV, TAEHVConfig, Wan22VAE, Wan22VAEConfig, WanVAE, WanVAEConfig
 
     full = cfg.preset in FULL_SIZE_PRESETS
@@ -386,6 +392,7 @@ def _bench_decoder(cfg: BenchConfig, preset: dict, device: torch.device, dtype: 
         else:
             vae = WanVAE(WanVAEConfig(dim=96 if full else 4)).to(dtype).eval()
     vae.decode_options = bench_vae_decode_options(cfg)
+    vae.stream_slicing = loader_vae_stream_slicing(vae, device)  # a variant's slicing replaces it later
     return vae
 
 

@@ -65,6 +65,31 @@ def test_the_wan_vae_decodes_with_the_loaders_cuda_options(monkeypatch):
     assert bench_vae_decode_options(BenchConfig(vae_fast=True, compile=True)) == VAEDecodeOptions.fast()
 
 
+def test_the_wan_vae_streams_with_the_loaders_cuda_slicing(monkeypatch):
+    """On CUDA the loader's Wan 2.1 VAE decodes one latent frame per call with the previous state released, and so
+    do the benchmark's decoder and the planner's estimate; on the CPU and for the Wan 2.2 VAE, whole blocks."""
+    from inferix_core.benchmark import bench_vae_memory
+    from inferix_core.vae import Wan22VAE, Wan22VAEConfig
+    from inferix_core.vae.memory import CUDA_STREAM_SLICING, DecodeSlicing, VAEMemory
+
+    built = {"wan": lambda: WanVAE(WanVAEConfig(dim=4)), "wan22": lambda: Wan22VAE(Wan22VAEConfig(dim=2, dec_dim=4))}
+    kind = "wan"
+    monkeypatch.setattr(WanVAE, "from_file", classmethod(lambda cls, path, device=None, dtype=None: built[kind]()))
+    assert DecodeSlicing(1, release_previous_state=True) == CUDA_STREAM_SLICING
+    assert registry._load_vae("x", CUDA, torch.bfloat16).stream_slicing == CUDA_STREAM_SLICING
+    assert registry._load_vae("x", torch.device("cpu"), torch.float32).stream_slicing == DecodeSlicing()
+    kind = "wan22"
+    wan22 = registry._load_vae("x", CUDA, torch.bfloat16)
+    assert wan22.stream_slicing == Wan22VAE(Wan22VAEConfig(dim=2, dec_dim=4)).stream_slicing  # its own
+    # the benchmark's decoder and plan (BenchConfig's device is "cuda"; only its type is read)
+    cfg = BenchConfig(preset="tiny", vae_decode=True)
+    assert registry.loader_vae_stream_slicing(WanVAE(WanVAEConfig(dim=4)), "cuda") == CUDA_STREAM_SLICING
+    assert bench_vae_memory(cfg).default == CUDA_STREAM_SLICING
+    assert bench_vae_memory(BenchConfig(preset="tiny", vae_decode=True, vae_slicing="whole")).default == DecodeSlicing()
+    assert VAEMemory.estimated(60, 104, 1, 2).default == CUDA_STREAM_SLICING
+    assert VAEMemory.estimated(60, 104, 1, 2, cuda=False).default == DecodeSlicing()
+
+
 def test_bench_cuda_graphs_flag_on_cpu_is_refused_and_reported(tmp_path, capsys):
     """`inferix bench --cuda-graphs` on the CPU runs eagerly and says so in the table and the JSON."""
     import json
@@ -102,9 +127,9 @@ def test_bench_variants_run_each_lever_and_name_unknown_parts(tmp_path, capsys):
     assert "graphs" in text and "on, refused" in text and "x of eager" in text
 
 
-def test_decode_slicing_variants_reach_the_decoder_and_default_to_whole_blocks():
-    """`vaerelease` / `vaeframe` (the e2e-peak levers) set the Wan VAE's slicing; by default it decodes whole
-    blocks, as the loader's VAE does without a memory budget; a variant without the Wan VAE is refused."""
+def test_decode_slicing_variants_reach_the_decoder_and_default_to_the_loaders():
+    """`vaewhole` / `vaerelease` / `vaeframe` set the Wan VAE's slicing; by default it decodes as the loader's VAE
+    does on that device (the CPU here: whole blocks); a variant without the Wan VAE is refused."""
     import pytest
 
     from inferix_core.benchmark import run_engine_benchmark, variant_options
@@ -112,19 +137,27 @@ def test_decode_slicing_variants_reach_the_decoder_and_default_to_whole_blocks()
 
     assert BenchConfig().vae_slicing is None and _cli_defaults().vae_slicing is None
     seen = {}
-    for variant in ("vaefast", "vaerelease", "vaeframe"):
+    for variant in ("vaefast", "vaewhole", "vaerelease", "vaeframe"):
         cfg = BenchConfig(preset="tiny", device="cpu", dtype="fp32", latent_frames=6, warmup=0, repeats=1,
                           vae_decode=True, **variant_options(variant))  # fmt: skip
         seen[variant] = run_engine_benchmark(cfg)["decode_slicing"]
     assert seen == {
         "vaefast": "whole block per decoder call",
+        "vaewhole": "whole block per decoder call",
         "vaerelease": "whole block per decoder call, previous state released",
         "vaeframe": "1 latent frame per call, previous state released",
     }
     # compare_reference.py skips the diffusion row of a decode-only lever: the table says which those are
     from inferix_core.benchmark import VARIANT_PARTS, decoder_only
 
-    assert [v for v in VARIANT_PARTS if decoder_only(v)] == ["vaefast", "vaeref", "taehv", "vaerelease", "vaeframe"]
+    assert [v for v in VARIANT_PARTS if decoder_only(v)] == [
+        "vaefast",
+        "vaeref",
+        "taehv",
+        "vaewhole",
+        "vaerelease",
+        "vaeframe",
+    ]
     assert decoder_only("compile+vaeframe") and not decoder_only("compile+graphs")
     with pytest.raises(ConfigError, match="needs the Wan VAE"):
         run_engine_benchmark(BenchConfig(preset="tiny", device="cpu", dtype="fp32", **variant_options("vaeframe")))

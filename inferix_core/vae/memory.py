@@ -49,6 +49,13 @@ class DecodeSlicing:
 # nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md); row
 # bands recompute their halos (at 480×832, 2 / 4 / 8 bands: 1.08 / 1.25 / 1.58 × the rows of the banded stages).
 ROW_BANDS: tuple[int, ...] = (2, 4, 8)
+# What the loader gives a Wan 2.1 VAE on CUDA (`cuda_stream_slicing`): one latent frame per decoder call, the
+# previous state released. Measured end to end (H200, 81 frames at 480×832, compiled, commit 7c93f16): 3.098 s
+# and a 11.88 GiB peak, against 3.069 s and 15.63 GiB whole blocks; the reference pipeline peaks at 13.12.
+CUDA_STREAM_SLICING = DecodeSlicing(1, release_previous_state=True)
+# On CUDA without channels_last (cuDNN's NDHWC copies; not the loader's default there) the peak leaves the banded
+# stages after 4 bands: 8 measured 2.75 GiB against 2.80 at 4 (H200, 480×832, bf16), so 8 bands are not offered.
+NDHWC_COPY_MAX_ROW_BANDS = 4
 DECODE_SLICINGS: tuple[DecodeSlicing, ...] = (
     DecodeSlicing(),
     DecodeSlicing(release_previous_state=True),
@@ -131,7 +138,7 @@ def wan_decode_memory(
     per_frame = 4 if fused else 5
     previous = 0 if slicing.release_previous_state else state_bytes
     replaced = (1 if fused else 2) * unit_bytes // 2 if (f < block_frames or slicing.release_previous_state) else 0
-    nchw = cuda and not (options is not None and options.channels_last)
+    nchw = cuda and not (options is not None and options.channels_last)  # VAEMemory.ndhwc_copies
     layout = (4 * f + 1) * unit_bytes // 2 if nchw else 0
     earlier = (block_frames - f) * pixel_bytes
     banded = bands is not None and slicing.row_bands > 1
@@ -230,7 +237,13 @@ class VAEMemory:
         if self.fixed_bytes is not None or self.default not in DECODE_SLICINGS:
             return (self.default,)
         offered = DECODE_SLICINGS[DECODE_SLICINGS.index(self.default) :]
-        return offered if self.bands is not None else tuple(s for s in offered if s.row_bands == 1)
+        most = 1 if self.bands is None else NDHWC_COPY_MAX_ROW_BANDS if self.ndhwc_copies else max(ROW_BANDS)
+        return tuple(s for s in offered if s.row_bands <= most)
+
+    @property
+    def ndhwc_copies(self) -> bool:
+        """cuDNN copies NCDHW activations to NDHWC around every conv (CUDA without `channels_last`)."""
+        return self.cuda and not (self.options is not None and self.options.channels_last)
 
     def decode(self, block_frames: int, slicing: DecodeSlicing | None = None) -> DecodeMemory:
         slicing = self.default if slicing is None else slicing
@@ -277,18 +290,21 @@ class VAEMemory:
         dim: int = 96,
         options: VAEDecodeOptions | None = None,
         cuda: bool = True,
+        slicing: DecodeSlicing | None = None,
     ) -> VAEMemory:
         """The Wan 2.1 VAE (16 latent channels) of base width `dim` when none is loaded (built on the meta
         device: nothing is allocated).
 
-        Default options: `VAEDecodeOptions.fast()` on CUDA (what the loader sets there), else the reference.
+        Defaults are what the loader sets: on CUDA `VAEDecodeOptions.fast()` and `CUDA_STREAM_SLICING`, else
+        the reference path and whole blocks.
         """
         opts = options if options is not None else (VAEDecodeOptions.fast() if cuda else None)
-        return _estimated(latent_h, latent_w, batch, elem_bytes, dim, opts, cuda)
+        slicing = slicing if slicing is not None else (CUDA_STREAM_SLICING if cuda else DecodeSlicing())
+        return _estimated(latent_h, latent_w, batch, elem_bytes, dim, opts, cuda, slicing)
 
 
 @functools.lru_cache(maxsize=64)
-def _estimated(latent_h, latent_w, batch, elem_bytes, dim, options, cuda) -> VAEMemory:
+def _estimated(latent_h, latent_w, batch, elem_bytes, dim, options, cuda, slicing) -> VAEMemory:
     """One meta-device build per setting (planners ask many times in a loop); VAEMemory is frozen."""
     from .config import WanVAEConfig
     from .wan_vae import WanVAE
@@ -297,4 +313,5 @@ def _estimated(latent_h, latent_w, batch, elem_bytes, dim, options, cuda) -> VAE
     with torch.device("meta"):
         vae = WanVAE(WanVAEConfig(dim=dim)).to(dtype)
     vae.decode_options = options
+    vae.stream_slicing = slicing
     return VAEMemory.for_vae(vae, latent_h, latent_w, batch, cuda=cuda)

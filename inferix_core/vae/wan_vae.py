@@ -168,7 +168,8 @@ class WanVAE(nn.Module):
         # What `stream_decoder()` and `decode()` use when no options are passed (None: the reference path).
         # One switch for every caller (api, session, bench) once the options are measured on the target GPU.
         self.decode_options: VAEDecodeOptions | None = None
-        # How `stream_decoder()` splits blocks unless told otherwise; the memory planner may set it (exact either way).
+        # How `stream_decoder()` splits blocks unless told otherwise; the loader (CUDA: one latent frame per call)
+        # and the memory planner set it (exact either way).
         self.stream_slicing = DecodeSlicing()
         # fp32 buffers: normalisation stays exact whatever dtype the convs run in.
         self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32), persistent=False)

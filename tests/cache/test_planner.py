@@ -109,7 +109,7 @@ def test_the_decode_is_sliced_before_blocks_are_streamed():
     """1.3B end to end with the Wan VAE in 8 GiB: the plan fits by decoding one latent frame per call
     (the same frames), then keeps as many blocks as fit; it names the slicing."""
     from inferix_core.cache.planner import allocator_headroom_bytes, plan_resident_blocks
-    from inferix_core.vae.memory import DECODE_SLICINGS
+    from inferix_core.vae.memory import CUDA_STREAM_SLICING, DECODE_SLICINGS
 
     cache, card = KVCacheConfig(window_frames=12, sink_frames=3), 8 * GiB
     budget = card - allocator_headroom_bytes(card)  # what a plan may fill; the rest is the allocator's
@@ -125,8 +125,8 @@ def test_the_decode_is_sliced_before_blocks_are_streamed():
         WAN13, H, W, cache, max_frames=9, resident_blocks=resident + 1, decode_slicing=DECODE_SLICINGS[-1]
     )
     assert more.total_bytes > budget
-    unlimited = plan_memory(WAN13, H, W, cache, max_frames=9)
-    assert unlimited.decode.slicing == DecodeSlicing() and unlimited.total_bytes > budget
+    unlimited = plan_memory(WAN13, H, W, cache, max_frames=9)  # no budget: the loader's CUDA slicing
+    assert unlimited.decode.slicing == CUDA_STREAM_SLICING and unlimited.total_bytes > budget
 
 
 def test_activations_and_decode_count_once_unless_the_decode_overlaps():

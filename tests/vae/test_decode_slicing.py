@@ -113,9 +113,10 @@ def test_decode_memory_formula_matches_the_count(vae_fixture, options):
 
 def test_cuda_adds_the_ncdhw_copies_only_without_channels_last():
     """The cuDNN term (inferred from the H200's peaks) applies on CUDA without channels_last, never on the CPU."""
-    ref = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=True)
-    cpu = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=False)
-    fast = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions.fast(), cuda=True)
+    whole = DecodeSlicing()  # these peaks are of whole-block decodes (CUDA's default is one latent frame per call)
+    ref = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=True, slicing=whole)
+    cpu = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=False, slicing=whole)
+    fast = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions.fast(), cuda=True, slicing=whole)
     f = 3
     extra = ref.decode(f).working_set_bytes - cpu.decode(f).working_set_bytes
     assert extra == (4 * f + 1) * ref.unit_bytes // 2
@@ -124,6 +125,21 @@ def test_cuda_adds_the_ncdhw_copies_only_without_channels_last():
     GiB = 2**30
     assert abs(ref.decode(f).working_set_bytes / GiB - 9.70) < 0.05 * 9.70
     assert abs(fast.decode(f).working_set_bytes / GiB - 6.99) < 0.05 * 6.99
+
+
+def test_the_ndhwc_copy_path_offers_at_most_four_row_bands():
+    """Where cuDNN copies layouts the H200 measured no gain past 4 bands (the peak leaves the banded stages), so a
+    plan never counts on 8 there; `fast()` on CUDA and the CPU keep every rung."""
+    bands = {
+        name: [s.row_bands for s in VAEMemory.estimated(60, 104, 1, 2, options=opts, cuda=cuda).slicings]
+        for name, opts, cuda in (
+            ("ndhwc", VAEDecodeOptions(), True),
+            ("fast", VAEDecodeOptions.fast(), True),
+            ("cpu", VAEDecodeOptions(), False),
+        )
+    }
+    assert max(bands["ndhwc"]) == 4 and 2 in bands["ndhwc"]
+    assert max(bands["fast"]) == max(bands["cpu"]) == 8
 
 
 @pytest.mark.cuda
@@ -139,7 +155,7 @@ def test_cuda_working_set_is_the_formula(options):
     z = torch.randn(1, 16, 2 * block, h, w, device="cuda", dtype=torch.bfloat16)
     model = VAEMemory.for_vae(vae, h, w)
     rows, off = [], []
-    for slicing in DECODE_SLICINGS:
+    for slicing in model.slicings:  # every slicing a planner may choose on this path
         dec = vae.stream_decoder(
             latent_frames_per_step=slicing.latent_frames_per_step,
             release_previous_state=slicing.release_previous_state,
