@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue #19 on one GPU in one device call (< 600 s): the CUDA tests of the CUDA-graph runner and the FA4
 # backend, then ours eager / compiled / compiled with CUDA graphs (diffusion), then end to end with the Wan VAE at
-# the loader's CUDA decode options, whole blocks against the e2e-peak levers (previous state released, one latent
-# frame per call). Every part has its own time limit and writes its JSON as it goes, so a
+# the loader's CUDA decode options and slicing (one latent frame per call, the previous state released) against
+# whole blocks and the previous state released alone. Every part has its own time limit and writes its JSON as it goes, so a
 # part cut short still returns what it measured. Writes under ${OUT:-out}/.
 #   REF=/path/to/Self-Forcing  adds the reference's rows (bench/compare_reference.py --reference-dir)
 #   PARTS=tests,diffusion,e2e  (the default: all three) runs only the parts named, for a call split in two
@@ -28,6 +28,6 @@ part tests && timeout 100 python -m pytest -m cuda -v -rs -p no:cacheprovider \
   tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py 2>&1 | tail -60 | tee "$OUT/cuda_tests.txt"
 part diffusion && timeout 190 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what diffusion --variants "$VARIANTS" \
   --warmup 1 --repeats 3 --json "$OUT/graphs_diffusion.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_diffusion.txt"
-part e2e && timeout 260 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile,compile+vaerelease,compile+vaeframe \
+part e2e && timeout 260 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants compile+vaewhole,compile+vaerelease,compile \
   --warmup 1 --repeats 2 --json "$OUT/graphs_e2e.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_e2e.txt"
 echo "done; files in $OUT:"; ls -la "$OUT"
