@@ -49,7 +49,7 @@ class DecodeSlicing:
 # nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md); row
 # bands recompute their halos (at 480×832, 2 / 4 / 8 bands: 1.08 / 1.25 / 1.58 × the rows of the banded stages).
 ROW_BANDS: tuple[int, ...] = (2, 4, 8)
-# What the loader gives a Wan 2.1 VAE on CUDA (`cuda_stream_slicing`): one latent frame per decoder call, the
+# What the loader gives a Wan 2.1 VAE on CUDA (`models.registry.loader_vae_stream_slicing`): one latent frame per decoder call, the
 # previous state released. Measured end to end (H200, 81 frames at 480×832, compiled, commit 7c93f16): 3.098 s
 # and a 11.88 GiB peak, against 3.069 s and 15.63 GiB whole blocks; the reference pipeline peaks at 13.12.
 CUDA_STREAM_SLICING = DecodeSlicing(1, release_previous_state=True)
@@ -104,6 +104,11 @@ class DecodeMemory:
         return self.state_bytes + self.transient_bytes
 
 
+def ndhwc_copies(cuda: bool, options: VAEDecodeOptions | None) -> bool:
+    """Whether cuDNN copies NCDHW activations to NDHWC around every conv: on CUDA without `channels_last`."""
+    return cuda and not (options is not None and options.channels_last)
+
+
 def wan_decode_memory(
     state_bytes: int,
     unit_bytes: int,
@@ -138,8 +143,7 @@ def wan_decode_memory(
     per_frame = 4 if fused else 5
     previous = 0 if slicing.release_previous_state else state_bytes
     replaced = (1 if fused else 2) * unit_bytes // 2 if (f < block_frames or slicing.release_previous_state) else 0
-    nchw = cuda and not (options is not None and options.channels_last)  # VAEMemory.ndhwc_copies
-    layout = (4 * f + 1) * unit_bytes // 2 if nchw else 0
+    layout = (4 * f + 1) * unit_bytes // 2 if ndhwc_copies(cuda, options) else 0
     earlier = (block_frames - f) * pixel_bytes
     banded = bands is not None and slicing.row_bands > 1
     phi = bands.fraction(slicing.row_bands) if banded else 1.0
@@ -237,13 +241,11 @@ class VAEMemory:
         if self.fixed_bytes is not None or self.default not in DECODE_SLICINGS:
             return (self.default,)
         offered = DECODE_SLICINGS[DECODE_SLICINGS.index(self.default) :]
-        most = 1 if self.bands is None else NDHWC_COPY_MAX_ROW_BANDS if self.ndhwc_copies else max(ROW_BANDS)
+        if self.bands is None:
+            most = 1
+        else:
+            most = NDHWC_COPY_MAX_ROW_BANDS if ndhwc_copies(self.cuda, self.options) else max(ROW_BANDS)
         return tuple(s for s in offered if s.row_bands <= most)
-
-    @property
-    def ndhwc_copies(self) -> bool:
-        """cuDNN copies NCDHW activations to NDHWC around every conv (CUDA without `channels_last`)."""
-        return self.cuda and not (self.options is not None and self.options.channels_last)
 
     def decode(self, block_frames: int, slicing: DecodeSlicing | None = None) -> DecodeMemory:
         slicing = self.default if slicing is None else slicing
