@@ -229,7 +229,9 @@ def run_ours(pipe, context, x: torch.Tensor, seed: int, num_blocks: int) -> torc
     from inferix_core.pipeline import GenerationRequest
 
     h, w = x.shape[-2:]
-    req = GenerationRequest(num_blocks, h, w, context, seed=seed, noise=CoreNoise(x, seed))
+    req = GenerationRequest(
+        num_blocks, h, w, context, seed=seed, noise=CoreNoise(x, seed), final_context_pass=False
+    )  # as generate_video (no kept world)
     with torch.no_grad():
         return pipe.generate(req).permute(0, 2, 1, 3, 4)  # (B, C, F, H, W) as core returns it
 

@@ -187,7 +187,9 @@ def merge_ours(pipe, lora_file: Path):
 def run_ours(pipe, context, noise_source, num_blocks: int, hw) -> torch.Tensor:
     from inferix_core.pipeline import GenerationRequest
 
-    req = GenerationRequest(num_blocks, hw[0], hw[1], context, noise=noise_source)
+    req = GenerationRequest(
+        num_blocks, hw[0], hw[1], context, noise=noise_source, final_context_pass=False
+    )  # as generate_video (no kept world)
     with torch.no_grad():
         return pipe.generate(req)
 

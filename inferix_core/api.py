@@ -728,6 +728,7 @@ def generate_video(
             resume_state=resume_state,
             resume_history=resume_history,
             keep_history=keep_world_state,
+            final_context_pass=keep_world_state,  # only a kept world reads the last block's K/V
         )
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start

@@ -220,6 +220,7 @@ def capture_world_state(
     `extra` (JSON) and `extra_tensors` are the caller's own (a session's input history, ...): they come
     back as header["extra"] and the tensors named "extra.<name>".
     """
+    pipe.settle(state)  # a block stream() handed out last may still owe its K/V
     cache_t, cache_meta = _snapshot_stream_cache(state.cache)
     tensors = {f"cache.{k}": v for k, v in cache_t.items()}
     for name in _STATE_TENSORS:

@@ -161,3 +161,24 @@ def test_decode_slicing_variants_reach_the_decoder_and_default_to_the_loaders():
     assert decoder_only("compile+vaeframe") and not decoder_only("compile+graphs")
     with pytest.raises(ConfigError, match="needs the Wan VAE"):
         run_engine_benchmark(BenchConfig(preset="tiny", device="cpu", dtype="fp32", **variant_options("vaeframe")))
+
+
+def test_the_last_context_pass_is_skipped_as_users_get_it(monkeypatch):
+    """generate_video writes the last block's K/V only for a kept world; the benchmark runs the same request."""
+    from inferix_core.api import generate_video
+    from inferix_core.benchmark import run_engine_benchmark
+    from inferix_core.pipeline import BlockDiffusionPipeline
+
+    seen = []
+    real = BlockDiffusionPipeline.stream
+
+    def spy(self, request, hooks=None):
+        seen.append(request.final_context_pass)
+        return real(self, request, hooks)
+
+    monkeypatch.setattr(BlockDiffusionPipeline, "stream", spy)
+    world = registry.load_world_model("bundled", device="cpu")
+    for keep in (False, True):
+        generate_video(world, "", width=96, height=96, num_blocks=1, decode=False, keep_world_state=keep)
+    run_engine_benchmark(BenchConfig(preset="tiny", device="cpu", dtype="fp32", latent_frames=6, warmup=0, repeats=1))
+    assert seen == [False, True, False]

@@ -86,6 +86,9 @@ class GenerationRequest:
     resume_state: StreamState | None = None
     resume_history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
     keep_history: bool = False  # keep `stream_history` without a prompt switch too (to save the world at the end)
+    # write the last block's clean K/V too: only a stream that is continued or saved reads them (the frames are
+    # the same either way); generate_video turns it off unless it keeps the world state
+    final_context_pass: bool = True
 
 
 @dataclass
@@ -119,6 +122,8 @@ class StreamState:
     clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
     shot_index: int = 0  # shots started so far (LongLive 2.0 multi-shot)
     rope_offset: float = 0.0  # added to the RoPE temporal position of every frame written from now on
+    # stream() only: the last block's context pass, run when the next block is asked for or by `settle()`
+    pending_context: DeferredContextPass | None = None
 
 
 class FirstFrameEncoder(Protocol):
@@ -277,19 +282,36 @@ class BlockDiffusionPipeline:
                 self.stream_history = history
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
-        # 4. generated blocks
+        # 4. generated blocks. Each block is handed out before its context pass, which runs when the consumer
+        # asks for the next block (or calls `settle()`): the frames reach the decoder one transformer call
+        # sooner, and every later call sees the cache written (DeferredContextPass).
         for index in range(request.num_blocks):
             action = self._actions(request, state.next_frame, n)
             context = schedule.get(index)
             if context is not None and recache and history:
+                self.settle(state)
                 self.set_prompt(state, context)
                 context = None
                 self.recache_window(state, history)
-            out = self.denoise_block(state, action, hooks, context=context, new_shot=index in shots)
+            out = self._denoise_block(state, action, hooks, context=context, new_shot=index in shots, defer=True)
             if recache or request.keep_history:
                 history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
                 self.stream_history = history
             yield out
+        if request.final_context_pass:
+            self.settle(state)
+
+    def settle(self, state: StreamState | None = None) -> None:
+        """Write the K/V of the block `stream()` handed out last, if its context pass is still pending.
+
+        stream() runs it when the next block is asked for; call this to read or save the cache in between
+        (`pipe.kv_cache`, a world-state capture). Without `final_context_pass`, the last block's stays pending.
+        """
+        state = state if state is not None else self.stream_state
+        pending = None if state is None else state.pending_context
+        if pending is not None:
+            state.pending_context = None
+            pending.run()
 
     # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
     def start_stream(
@@ -423,12 +445,27 @@ class BlockDiffusionPipeline:
                 `shot_rope_offset`, and with `shot_sinks` the block's first frames are pinned after its
                 context pass (their `_pin_current_chunk`; cache/shots.py).
         """
+        return self._denoise_block(state, action, hooks, context=context, new_shot=new_shot)
+
+    def _denoise_block(
+        self,
+        state: StreamState,
+        action: torch.Tensor | None,
+        hooks: PipelineHooks | None,
+        *,
+        context: torch.Tensor | None,
+        new_shot: bool,
+        defer: bool = False,
+    ) -> BlockOutput:
+        """`denoise_block`; a pending pass of the previous block runs first, inside this block's span, and with
+        `defer` this block's own context pass is left pending in the state (stream() only)."""
         hooks = hooks or PipelineHooks()
         cfg, n = self.model.config, self.sampling.block_frames
         index, start = state.next_block, state.next_frame
         shape = (state.batch_size, n, cfg.out_dim, state.latent_height, state.latent_width)
         t0 = time.perf_counter()
         hooks.on_block_start(index, start)
+        self.settle(state)
         if context is not None:
             self.set_prompt(state, context)
         if new_shot:
@@ -470,19 +507,20 @@ class BlockDiffusionPipeline:
                 x0 = x  # the solve's final sample (σ = 0) is the block, as the reference records it
                 if prefix is not None:
                     x0[:, :clean] = prefix
+        pending: DeferredContextPass | None = None
         if self.sampling.kv_recompute_frames:
             if self.first_frame_encoder is not None:  # keep_first_frame=False: the block's pixels, for the re-encode
                 with hooks.stage("decode"):
                     self.first_frame_encoder.observe(x0)
             self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
         else:
-            # context pass: rewrite this block's K/V from the clean x0
-            hooks.on_context_pass(index)
-            with hooks.stage("context_pass"):
-                self.context_pass(state, x0, start, action)
-            if new_shot and self.sampling.shot_sinks:
-                self._pin_shot(state, start, n)
+            # context pass: rewrite this block's K/V from the clean x0 (now, or when the stream asks for more)
+            pending = DeferredContextPass(self, state, hooks, index, x0, start, action, state.text, new_shot)
         out = BlockOutput(index, start, x0, time.perf_counter() - t0)
+        if pending is not None and defer:
+            state.pending_context = pending
+        elif pending is not None:
+            pending.run()
         hooks.on_block_end(out)
         state.next_frame, state.next_block = start + n, index + 1
         return out
@@ -589,6 +627,38 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
+
+
+@dataclass
+class DeferredContextPass:
+    """A generated block's context pass, held until the stream's consumer asks for the next block.
+
+    It runs with what was in force when the block was made (its prompt's cross-attention K/V, its RoPE
+    offset), before anything else touches the cache, so the cache every later call sees is the one an
+    immediate pass would have written; only the GPU order changes (the consumer's decode goes first).
+    """
+
+    pipeline: BlockDiffusionPipeline
+    state: StreamState
+    hooks: PipelineHooks
+    index: int
+    latents: torch.Tensor
+    start_frame: int
+    action: torch.Tensor | None
+    text: Any
+    new_shot: bool
+
+    def run(self) -> None:
+        state, pipe, hooks = self.state, self.pipeline, self.hooks
+        text, state.text = state.text, self.text  # the block's own prompt, whatever was switched since
+        try:
+            hooks.on_context_pass(self.index)
+            with hooks.stage("context_pass"):
+                pipe.context_pass(state, self.latents, self.start_frame, self.action)
+        finally:
+            state.text = text
+        if self.new_shot and pipe.sampling.shot_sinks:
+            pipe._pin_shot(state, self.start_frame, self.latents.shape[1])
 
 
 _NOTED: set[str] = set()

@@ -98,6 +98,7 @@ def rollout(model, cache_config: KVCacheConfig, num_blocks: int, monkeypatch=Non
     outs = []
     for block in pipe.stream(req):
         outs.append(block.latents)
+        pipe.settle()  # write the block's K/V now (stream() runs its context pass on the next block)
         if watch is not None:
             watch(block.index, pipe.kv_cache)
     return outs, pipe.kv_cache

@@ -59,6 +59,7 @@ def generate(path, lora: bool):
     blocks, attended, global_end = [], [], []
     for block in pipe.stream(req, rec):
         blocks.append(block.latents)
+        pipe.settle()  # write the block's K/V now (stream() runs its context pass on the next block)
         attended.append(pipe.kv_cache.attended_tokens)
         global_end.append(pipe.kv_cache.end_frame * pipe.kv_cache.spec.frame_tokens)
     return info, t, torch.cat(blocks, dim=1), rec, pipe, attended, global_end

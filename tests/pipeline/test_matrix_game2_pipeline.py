@@ -38,6 +38,7 @@ def run_pipeline(path, cond=None, cache_kind: str = "ring"):
     layer = p["action_cache_recorded_layer"]
     for block in pipe.stream(req, rec):
         out.append(block.latents)
+        pipe.settle()  # the block's context pass runs when the next block is asked for; the reference's is done
         c = pipe.kv_cache
         slot = c.layer_slots[layer]
         caches[block.index] = {

@@ -67,6 +67,7 @@ def test_pipeline_parity(path):
     out = []
     for block in pipe.stream(req, rec):
         out.append(block.latents)
+        pipe.settle()  # write the block's K/V now (stream() runs its context pass on the next block)
         kv_after[block.index] = pipe.kv_cache.logical_kv(0)
         attended.append(pipe.kv_cache.attended_tokens)
         global_end.append(pipe.kv_cache.end_frame * pipe.kv_cache.spec.frame_tokens)
