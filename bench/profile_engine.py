@@ -1,10 +1,15 @@
 """Where the GPU time of one 81-frame run goes: kernels grouped into GEMM / attention / the rest.
 
 One warm-up run, then one run under `torch.profiler` (CUDA activity only). Prints the top kernels and
-the share of each group, against the floors of docs/performance.md, and writes JSON. Same protocol
-and options as `inferix bench` (random-weight Wan 1.3B, 480×832, bf16).
+the share of each group, and writes JSON. Same protocol and options as `inferix bench` (random-weight Wan
+1.3B, 480×832, bf16, the request users get).
 
-    PYTHONPATH=. python bench/profile_engine.py [--compile] [--cuda-graphs] [--attention sdpa_cudnn] --json profile.json
+With `--efficiency` each group is also set against its measured peak on this GPU (bench/kernel_efficiency.py):
+the FLOPs the run does (counted from the calls' shapes, cross-checked by torch's FlopCounterMode), the time
+those FLOPs take at the rate measured for the very same shapes, and that time over the group's kernel time.
+
+    PYTHONPATH=. python bench/profile_engine.py [--compile] [--cuda-graphs] [--attention sdpa_cudnn] \
+        [--efficiency] --json profile.json
 """
 
 from __future__ import annotations
@@ -40,15 +45,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attention", default="sdpa")
     p.add_argument("--cuda-graphs", action="store_true", help="whole transformer calls as CUDA graphs")
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--efficiency", action="store_true", help="each group against its measured peak on this GPU")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     preset = PRESETS["wan-1.3b"]
     pipe, context = build_engine(
         BenchConfig(compile=args.compile, attention=args.attention, cuda_graphs=args.cuda_graphs)
     )
-    request = GenerationRequest(7, preset["latent_height"], preset["latent_width"], context, seed=0)
+    # the request users get (generate_video without a kept world, as `inferix bench` runs it)
+    request = GenerationRequest(
+        7, preset["latent_height"], preset["latent_width"], context, seed=0, final_context_pass=False
+    )
+    calls = record_calls(pipe) if args.efficiency else None
     pipe.generate(request)  # warm-up (and compile)
     torch.cuda.synchronize()
+    if calls is not None:
+        calls_of_run = list(calls)
+        calls.clear()
+        wall = time_run(pipe, request)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         pipe.generate(request)
         torch.cuda.synchronize()
@@ -67,12 +81,62 @@ def main(argv: list[str] | None = None) -> int:
     print(f"top {args.top} kernels:")
     for name, seconds, count in kernels[: args.top]:
         print(f"  {seconds:7.3f} s  {count:6d}x  [{group_of(name)[:5]}] {name[:110]}")
+    result = {
+        "compile": args.compile, "cuda_graphs": args.cuda_graphs, "attention": args.attention,
+        "kernel_total_s": total, "groups_s": groups,
+        "kernels": [{"name": n, "seconds": s, "count": c} for n, s, c in kernels[:200]],
+    }  # fmt: skip
+    if args.efficiency:
+        from bench.kernel_efficiency import efficiency_report, print_efficiency
+
+        counted = count_flops(request)
+        result["efficiency"] = efficiency_report(
+            preset["config"], calls_of_run, groups, counted, wall_s=wall, attention=args.attention
+        )
+        print_efficiency(result["efficiency"])
     if args.json:
-        args.json.write_text(json.dumps({
-            "compile": args.compile, "attention": args.attention, "kernel_total_s": total, "groups_s": groups,
-            "kernels": [{"name": n, "seconds": s, "count": c} for n, s, c in kernels[:200]],
-        }, indent=2))  # fmt: skip
+        args.json.write_text(json.dumps(result, indent=2))
     return 0
+
+
+def record_calls(pipe) -> list[tuple[int, int]]:
+    """(query tokens, attended keys) of every transformer call, read from the cache as each call runs."""
+    calls: list[tuple[int, int]] = []
+    real = pipe._call
+
+    def spy(state, x, t, start, num_frames, action, **kwargs):
+        out = real(state, x, t, start, num_frames, action, **kwargs)
+        calls.append((num_frames * state.cache.spec.frame_tokens, int(state.cache.attended_tokens)))
+        return out
+
+    pipe._call = spy
+    return calls
+
+
+def time_run(pipe, request) -> float:
+    """Wall seconds of one run, unprofiled (CUDA events around it)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    pipe.generate(request)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def count_flops(request) -> dict:
+    """torch's FlopCounterMode over one eager SDPA run of the same model and request (the same math as
+    any compiled or FA4 run): GEMM (mm/addmm/bmm/…) and attention FLOPs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    eager, _ = build_engine(BenchConfig())
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        eager.generate(request)
+    by_op = {str(op): float(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    del eager
+    torch.cuda.empty_cache()
+    attention = sum(n for op, n in by_op.items() if "attention" in op)
+    return {"gemm": sum(by_op.values()) - attention, "attention": attention, "by_op": by_op}
 
 
 if __name__ == "__main__":
