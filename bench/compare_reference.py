@@ -71,6 +71,11 @@ def build_reference_pipeline(ref: Path, device: torch.device, decode: bool):
     from wan.modules.causal_model import CausalWanModel
     from wan.modules.vae import WanVAE_
 
+    if ref_attention.FLASH_ATTN_2_AVAILABLE and not hasattr(ref_attention.flash_attn, "flash_attn_varlen_func"):
+        # flash-attn-4 (our `fa4` extra) ships a `flash_attn` package without the FlashAttention-2 API the
+        # reference calls: it runs as it does without flash-attn (torch SDPA), said in the output
+        print("reference: `flash_attn` is flash-attn-4 (no flash_attn_varlen_func); the reference uses its SDPA path")
+        ref_attention.FLASH_ATTN_2_AVAILABLE = False
     if not (ref_attention.FLASH_ATTN_2_AVAILABLE or ref_attention.FLASH_ATTN_3_AVAILABLE):
         # its cross-attention calls flash_attention() directly, which asserts flash-attn; route it to the
         # reference's own attention(), whose no-flash-attn path is torch SDPA (as its self-attention does)

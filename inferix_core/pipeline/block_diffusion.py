@@ -311,7 +311,19 @@ class BlockDiffusionPipeline:
         pending = None if state is None else state.pending_context
         if pending is not None:
             state.pending_context = None
-            pending.run()
+            self._context_pass_of(state, pending)
+
+    def _context_pass_of(self, state: StreamState, pending: DeferredContextPass) -> None:
+        """Run a block's context pass with what was in force when the block was made."""
+        text, state.text = state.text, pending.text  # the block's own prompt, whatever was switched since
+        try:
+            pending.hooks.on_context_pass(pending.index)
+            with pending.hooks.stage("context_pass"):
+                self.context_pass(state, pending.latents, pending.start_frame, pending.action)
+        finally:
+            state.text = text
+        if pending.new_shot and self.sampling.shot_sinks:
+            self._pin_shot(state, pending.start_frame, pending.latents.shape[1])
 
     # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
     def start_stream(
@@ -515,12 +527,12 @@ class BlockDiffusionPipeline:
             self._remember(state, x0)  # the next block's recompute rewrites the cache: no context pass
         else:
             # context pass: rewrite this block's K/V from the clean x0 (now, or when the stream asks for more)
-            pending = DeferredContextPass(self, state, hooks, index, x0, start, action, state.text, new_shot)
+            pending = DeferredContextPass(hooks, index, x0, start, action, state.text, new_shot)
         out = BlockOutput(index, start, x0, time.perf_counter() - t0)
         if pending is not None and defer:
             state.pending_context = pending
         elif pending is not None:
-            pending.run()
+            self._context_pass_of(state, pending)
         hooks.on_block_end(out)
         state.next_frame, state.next_block = start + n, index + 1
         return out
@@ -631,15 +643,15 @@ class BlockDiffusionPipeline:
 
 @dataclass
 class DeferredContextPass:
-    """A generated block's context pass, held until the stream's consumer asks for the next block.
+    """A generated block's context pass, held in its StreamState until the consumer asks for the next block.
 
-    It runs with what was in force when the block was made (its prompt's cross-attention K/V, its RoPE
-    offset), before anything else touches the cache, so the cache every later call sees is the one an
-    immediate pass would have written; only the GPU order changes (the consumer's decode goes first).
+    It runs (`BlockDiffusionPipeline.settle`) with what was in force when the block was made (its prompt's
+    cross-attention K/V; its RoPE offset, which only the next block can change) before anything else
+    touches the cache, so every later call sees the cache an immediate pass would have written; only the GPU
+    order changes (the consumer's decode goes first). It holds no reference to its state or pipeline: a
+    state dropped with a pass still pending is freed at once, its KV cache with it (no reference cycle).
     """
 
-    pipeline: BlockDiffusionPipeline
-    state: StreamState
     hooks: PipelineHooks
     index: int
     latents: torch.Tensor
@@ -647,18 +659,6 @@ class DeferredContextPass:
     action: torch.Tensor | None
     text: Any
     new_shot: bool
-
-    def run(self) -> None:
-        state, pipe, hooks = self.state, self.pipeline, self.hooks
-        text, state.text = state.text, self.text  # the block's own prompt, whatever was switched since
-        try:
-            hooks.on_context_pass(self.index)
-            with hooks.stage("context_pass"):
-                pipe.context_pass(state, self.latents, self.start_frame, self.action)
-        finally:
-            state.text = text
-        if self.new_shot and pipe.sampling.shot_sinks:
-            pipe._pin_shot(state, self.start_frame, self.latents.shape[1])
 
 
 _NOTED: set[str] = set()

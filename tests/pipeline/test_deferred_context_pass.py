@@ -143,3 +143,20 @@ def test_a_prompt_set_between_blocks_does_not_reach_the_pending_pass():
                 pipe.set_prompt(pipe.stream_state, _context(11))
         runs.append(torch.cat(latents, 1))
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+
+
+def test_a_state_left_with_a_pending_pass_is_freed_without_the_garbage_collector():
+    """The next run's start_stream drops the old state: its KV cache must go at once, not at the next gc."""
+    import gc
+    import weakref
+
+    pipe = _pipe(KVCacheConfig())
+    list(pipe.stream(_request(final_context_pass=False)))
+    assert pipe.stream_state.pending_context is not None
+    old_state, old_cache = weakref.ref(pipe.stream_state), weakref.ref(pipe.kv_cache)
+    gc.disable()
+    try:
+        pipe.start_stream(_context(0), 4, 4, max_frames=NUM_BLOCKS * 2)
+        assert old_state() is None and old_cache() is None
+    finally:
+        gc.enable()
