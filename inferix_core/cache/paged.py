@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from .interface import LayerKV
 from .pool import BlockPool
 from .spec import KVCacheConfig, KVCacheSpec
-from .table import BlockTable, DeviceIndex, token_slots
+from .table import BlockTable, DeviceIndex, copy_token_rows, token_slots
 from .window import SlidingWindow
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,8 @@ class DenseStore:
 
     def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         kb, vb = self.k[layer], self.v[layer]
-        kb.index_copy_(1, self._w, k.to(kb.dtype))
-        vb.index_copy_(1, self._w, v.to(vb.dtype))
+        copy_token_rows(kb, self._w, k)
+        copy_token_rows(vb, self._w, v)
         return kb.index_select(1, self._r), vb.index_select(1, self._r)  # (B, L, H, D)
 
     def read_frames(self, layer: int, frames: list[int], frame_slots: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

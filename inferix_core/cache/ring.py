@@ -32,7 +32,7 @@ import torch
 from ..errors import ConfigError
 from .interface import LayerKV
 from .spec import KVCacheConfig, KVCacheSpec
-from .table import DeviceIndex
+from .table import DeviceIndex, copy_token_rows
 from .window import SlidingWindow
 
 log = logging.getLogger(__name__)
@@ -141,8 +141,8 @@ class RingKVCache(SlidingWindow):
             raise ConfigError(f"KV cache expected {self._num_tokens} new tokens (from begin()), got {k.shape[1]}")
         kb, vb = self.k[layer], self.v[layer]
         # runs are consecutive in the source, so the index lists destination slots in source order
-        kb.index_copy_(1, self._w, k.to(kb.dtype))
-        vb.index_copy_(1, self._w, v.to(vb.dtype))
+        copy_token_rows(kb, self._w, k)
+        copy_token_rows(vb, self._w, v)
         n = self._valid_tokens
         return kb[:, :n], vb[:, :n]
 

@@ -120,3 +120,29 @@ def contiguous_runs(dst: np.ndarray) -> list[tuple[int, int, int]]:
     for s, e in zip(starts.tolist(), ends.tolist()):
         runs.append((int(dst[s]), s, e - s))
     return runs
+
+
+_WORD = torch.int64
+
+
+def _as_words(t: torch.Tensor) -> torch.Tensor | None:
+    """(B, L, H, D) viewed as (B, L, H·D·itemsize/8) int64 words, or None when its memory does not allow it."""
+    row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
+    if t.dim() != 4 or not t.is_contiguous() or row_bytes % 8 or (t.storage_offset() * t.element_size()) % 8:
+        return None
+    return t.flatten(2).view(_WORD)
+
+
+def copy_token_rows(dst: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
+    """dst[:, index] = src for (B, L, H, D) K/V buffers: every token's H·D values moved as 8-byte words.
+
+    `index_copy_` moves one element per step: on bf16 that is 2 bytes, and the KV writes ran at about
+    0.6 TB/s on the H200 (issue #19's kernel profile). The same bytes as int64 words are the same copy, bit
+    for bit; layouts that cannot be viewed so (a strided K, an odd row size) take the element copy.
+    """
+    src = src.to(dst.dtype)
+    words_dst, words_src = _as_words(dst), _as_words(src)
+    if words_dst is None or words_src is None:
+        dst.index_copy_(1, index, src)
+    else:
+        words_dst.index_copy_(1, index, words_src)
