@@ -380,10 +380,12 @@ class InteractiveSession:
             action = None if name is None else actions_to_tensor(self.world_model, [name], n)
         if self._branch is not None:
             return self._branch_step(name, action)
-        # 3. denoise the block and write its clean K/V (an interrupt in between leaves a half-written cache)
+        # 3. denoise the block; its clean K/V are written after the decode below, so the frames are out one
+        # transformer call sooner (an interrupt in between leaves a half-written cache)
         self.at_boundary = False
         new_shot, self._new_shot = self._new_shot, False
-        out = self.pipeline.denoise_block(self.state, action, ProfiledHooks(self.profiler), new_shot=new_shot)
+        hooks = ProfiledHooks(self.profiler)
+        out = self.pipeline.denoise_block(self.state, action, hooks, new_shot=new_shot, defer_context_pass=True)
         self._last_action = name if name is not None else self._last_action
         self.action_log.append(name)
         self._remember(out.start_frame, out.latents, action)
@@ -394,6 +396,7 @@ class InteractiveSession:
             frames, decode_s, _ = decode_to_sinks(
                 self._decoder, out.latents, out.index, self.sinks, self.profiler, first_frame_alone=True
             )  # split only while the decoder starts its stream (a new world's first block)
+        self.pipeline.settle(self.state)  # the block's context pass: nothing outside step() sees it pending
         profile_block_end(self.profiler, self.state.cache, out.index, frames)
         switched = len(self.prompt_log) > 1 and self.prompt_log[-1][0] == out.index
         return SessionBlock(

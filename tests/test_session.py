@@ -251,3 +251,31 @@ def test_generate_video_profiler_fps_matches_an_independent_clock(world):
     assert totals["denoise"]["count"] == 3 * steps and totals["context_pass"]["count"] == 2
     assert {"text_encode", "decode", "sink"} <= set(totals)
     assert len(report["kv_cache"]) == 3 and report["kv_cache"][-1]["stats"]["frames_written"] == 6
+
+
+def test_the_sinks_get_a_block_before_its_context_pass_and_nothing_stays_pending(world, prompts):
+    """step() decodes and hands the frames out first, then writes the block's K/V, all before it returns."""
+    log = []
+
+    class Sink:
+        def write(self, frames, index):
+            log.append(("frames", index))
+
+        def close(self):
+            pass
+
+    session = make(world, prompts, decode=True, sinks=[Sink()])
+    real = session.pipeline.context_pass
+
+    def spy(state, latents, start_frame, action=None):
+        log.append(("context_pass", start_frame // world.sampling.block_frames))
+        return real(state, latents, start_frame, action)
+
+    session.pipeline.context_pass = spy
+    with session:
+        for _ in range(3):
+            session.act("left")
+            session.step()
+            assert session.state.pending_context is None
+    events = [e for k, e in enumerate(log) if k == 0 or e != log[k - 1]]  # block 0 comes as frame 0, then the rest
+    assert events == [e for i in range(3) for e in (("frames", i), ("context_pass", i))]

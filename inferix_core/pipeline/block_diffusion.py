@@ -446,6 +446,7 @@ class BlockDiffusionPipeline:
         hooks: PipelineHooks | None = None,
         context: torch.Tensor | None = None,
         new_shot: bool = False,
+        defer_context_pass: bool = False,
     ) -> BlockOutput:
         """Generate the next block at `state.next_frame`, write its clean K/V, and advance the state.
 
@@ -456,8 +457,10 @@ class BlockDiffusionPipeline:
                 pipeline/causal_diffusion_inference.py): RoPE positions from this block on get one more
                 `shot_rope_offset`, and with `shot_sinks` the block's first frames are pinned after its
                 context pass (their `_pin_current_chunk`; cache/shots.py).
+            defer_context_pass: leave the block's K/V write pending in the state, for the caller to decode
+                first and then `settle(state)` (the next denoise_block settles it too).
         """
-        return self._denoise_block(state, action, hooks, context=context, new_shot=new_shot)
+        return self._denoise_block(state, action, hooks, context=context, new_shot=new_shot, defer=defer_context_pass)
 
     def _denoise_block(
         self,
