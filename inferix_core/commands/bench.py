@@ -26,7 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=-1, help="KV window in latent frames (-1 = global)")
     p.add_argument("--sink", type=int, default=0, help="sink frames")
-    p.add_argument("--attention", default="sdpa", help="sdpa, sdpa_cudnn (cuDNN kernel first) or flash_attn")
+    p.add_argument(
+        "--attention",
+        default="sdpa",
+        help="sdpa, sdpa_cudnn (cuDNN kernel first), flash_attn, or flash_attn_4 (the fa4 extra: FlashAttention-4 "
+        "where its measured table says it is faster, SDPA elsewhere)",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
     p.add_argument(
         "--cuda-graphs",
