@@ -384,8 +384,9 @@ class InteractiveSession:
         # transformer call sooner (an interrupt in between leaves a half-written cache)
         self.at_boundary = False
         new_shot, self._new_shot = self._new_shot, False
-        hooks = ProfiledHooks(self.profiler)
-        out = self.pipeline.denoise_block(self.state, action, hooks, new_shot=new_shot, defer_context_pass=True)
+        out = self.pipeline.denoise_block(
+            self.state, action, ProfiledHooks(self.profiler), new_shot=new_shot, defer_context_pass=True
+        )
         self._last_action = name if name is not None else self._last_action
         self.action_log.append(name)
         self._remember(out.start_frame, out.latents, action)

@@ -127,8 +127,9 @@ _WORD = torch.int64
 
 def _as_words(t: torch.Tensor) -> torch.Tensor | None:
     """(B, L, H, D) viewed as (B, L, H·D·itemsize/8) int64 words, or None when its memory does not allow it."""
-    row_bytes = t.shape[-2] * t.shape[-1] * t.element_size()
-    if t.dim() != 4 or not t.is_contiguous() or row_bytes % 8 or (t.storage_offset() * t.element_size()) % 8:
+    if t.dim() != 4 or not t.is_contiguous():
+        return None
+    if (t.shape[2] * t.shape[3] * t.element_size()) % 8 or (t.storage_offset() * t.element_size()) % 8:
         return None
     return t.flatten(2).view(_WORD)
 

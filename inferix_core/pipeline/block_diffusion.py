@@ -289,11 +289,12 @@ class BlockDiffusionPipeline:
             action = self._actions(request, state.next_frame, n)
             context = schedule.get(index)
             if context is not None and recache and history:
-                self.settle(state)
                 self.set_prompt(state, context)
                 context = None
                 self.recache_window(state, history)
-            out = self._denoise_block(state, action, hooks, context=context, new_shot=index in shots, defer=True)
+            out = self.denoise_block(
+                state, action, hooks, context=context, new_shot=index in shots, defer_context_pass=True
+            )
             if recache or request.keep_history:
                 history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
                 self.stream_history = history
@@ -412,6 +413,7 @@ class BlockDiffusionPipeline:
         every frame from 0, the sink included. `blocks` are (start frame, clean latents (B, n, C, H, W),
         action (B, n, A) or None) covering at least the resident frames.
         """
+        self.settle(state)  # the last block stream() handed out: its K/V are among those re-written
         cache, end = state.cache, state.next_frame
         resident = cache.resident_frames()
         if not resident or not blocks:
@@ -458,22 +460,9 @@ class BlockDiffusionPipeline:
                 `shot_rope_offset`, and with `shot_sinks` the block's first frames are pinned after its
                 context pass (their `_pin_current_chunk`; cache/shots.py).
             defer_context_pass: leave the block's K/V write pending in the state, for the caller to decode
-                first and then `settle(state)` (the next denoise_block settles it too).
+                first and then `settle(state)`. A pass still pending from the previous block runs first,
+                inside this block's span.
         """
-        return self._denoise_block(state, action, hooks, context=context, new_shot=new_shot, defer=defer_context_pass)
-
-    def _denoise_block(
-        self,
-        state: StreamState,
-        action: torch.Tensor | None,
-        hooks: PipelineHooks | None,
-        *,
-        context: torch.Tensor | None,
-        new_shot: bool,
-        defer: bool = False,
-    ) -> BlockOutput:
-        """`denoise_block`; a pending pass of the previous block runs first, inside this block's span, and with
-        `defer` this block's own context pass is left pending in the state (stream() only)."""
         hooks = hooks or PipelineHooks()
         cfg, n = self.model.config, self.sampling.block_frames
         index, start = state.next_block, state.next_frame
@@ -532,7 +521,7 @@ class BlockDiffusionPipeline:
             # context pass: rewrite this block's K/V from the clean x0 (now, or when the stream asks for more)
             pending = DeferredContextPass(hooks, index, x0, start, action, state.text, new_shot)
         out = BlockOutput(index, start, x0, time.perf_counter() - t0)
-        if pending is not None and defer:
+        if pending is not None and defer_context_pass:
             state.pending_context = pending
         elif pending is not None:
             self._context_pass_of(state, pending)

@@ -68,12 +68,12 @@ def _immediate(cache: KVCacheConfig) -> tuple[list[torch.Tensor], list[list[torc
 
 def _run_passes_at_once(pipe: BlockDiffusionPipeline) -> None:
     """The immediate order inside stream(): every block's pass runs before the block is handed out."""
-    real = pipe._denoise_block
+    real = pipe.denoise_block
 
     def at_once(*args, **kwargs):
-        return real(*args, **{**kwargs, "defer": False})
+        return real(*args, **{**kwargs, "defer_context_pass": False})
 
-    pipe._denoise_block = at_once
+    pipe.denoise_block = at_once
 
 
 def test_the_block_reaches_the_consumer_before_its_context_pass():
