@@ -90,11 +90,15 @@ class CausalConv3d(nn.Conv3d):
         x = torch.cat([past, x], dim=2)  # (B, C, k−1+T, H, W)
         return self.forward_padded(x, cache)
 
-    def forward_padded(self, x: Tensor, cache: CausalConvCache | None) -> Tensor:
-        """Conv over x (B, C, k−1+T, H, W) that already holds the history frames in front; caches its tail."""
+    def forward_padded(self, x: Tensor, cache: CausalConvCache | None, bias: bool = True) -> Tensor:
+        """Conv over x (B, C, k−1+T, H, W) that already holds the history frames in front; caches its tail.
+
+        `bias=False` leaves the bias out, for a caller that adds it inside its next fused kernel (cuDNN
+        adds a conv bias as a separate broadcast pass, which on NDHWC activations is a slow strided kernel).
+        """
         if cache is not None and self.history_frames:
             cache.frames[self.cache_key] = x[:, :, -self.history_frames :].clone()
-        return super().forward(x)
+        return super().forward(x) if bias else self._conv_forward(x, self.weight, None)
 
 
 def _layout(x: Tensor) -> torch.memory_format:
@@ -116,11 +120,24 @@ def _format(opts: VAEDecodeOptions, ndim: int = 5) -> torch.memory_format:
     return torch.channels_last_3d if ndim == 5 else torch.channels_last
 
 
-def _norm_silu_cat(x: Tensor, gamma: Tensor, past: Tensor) -> Tensor:
-    """cat([past, silu(rms(x))]) along time: the body that `torch.compile` fuses into one kernel per shape."""
+def _norm_silu_cat(x: Tensor, gamma: Tensor, past: Tensor, bias: Tensor | None, channels_last: bool) -> Tensor:
+    """cat([past, silu(rms(x + bias))]) along time: the body that `torch.compile` fuses into one kernel per shape.
+
+    `bias` is the producing conv's, left out of that conv (`CausalConv3d.forward_padded(bias=False)`).
+    The output is NDHWC when `channels_last`: left to itself, inductor wrote some of these buffers NCDHW
+    (seen on the H200 for a cached history), and cuDNN then copied each one back to NDHWC before its conv.
+    """
+    if bias is not None:
+        x = x + bias.view(1, -1, 1, 1, 1)
     scale = x.shape[1] ** 0.5
     inv = scale / torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min(1e-12)
-    return torch.cat([past, F.silu(x * inv * gamma)], dim=2)
+    out = torch.cat([past, F.silu(x * inv * gamma)], dim=2)
+    return out.contiguous(memory_format=torch.channels_last_3d) if channels_last else out
+
+
+def _add_bias_residual_(h: Tensor, bias: Tensor, residual: Tensor) -> Tensor:
+    """h += bias + residual in one pass (compiled): a residual block's last conv bias and its shortcut."""
+    return h.add_(residual + bias.view(1, -1, 1, 1, 1))
 
 
 _COMPILED: dict[str, Callable[..., Tensor]] = {}
@@ -137,15 +154,28 @@ def _compiled(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return _COMPILED[name]
 
 
+def _run_compiled(name: str, fn: Callable[..., Tensor], *args) -> Tensor:
+    import torch._dynamo as dynamo  # imported on first use: it is slow to import
+
+    limit = "recompile_limit" if hasattr(dynamo.config, "recompile_limit") else "cache_size_limit"
+    with dynamo.config.patch(**{limit: _RECOMPILE_LIMIT}):
+        return _compiled(name, fn)(*args)
+
+
 def norm_silu_padded(
-    x: Tensor, norm: RMSNorm, conv: CausalConv3d, cache: CausalConvCache | None, opts: VAEDecodeOptions
+    x: Tensor,
+    norm: RMSNorm,
+    conv: CausalConv3d,
+    cache: CausalConvCache | None,
+    opts: VAEDecodeOptions,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """conv's input buffer (B, C, k−1+T, H, W): its cached history frames, then silu(norm(x)).
+    """conv's input buffer (B, C, k−1+T, H, W): its cached history frames, then silu(norm(x + bias)).
 
     The reference computes norm → SiLU → `torch.cat([history, ·])`, a full-size copy per pass; here
     the normalised activations are written into the buffer's tail directly (eager), or the whole thing
     is one compiled kernel. Equal to the reference up to rounding (x · (√C/‖x‖) · γ instead of
-    x / ‖x‖ · √C · γ).
+    x / ‖x‖ · √C · γ). `bias` (compiled route only) is the bias the conv that made x left out.
     """
     hist = conv.history_frames
     past = cache.frames.get(conv.cache_key) if cache is not None else None
@@ -154,11 +184,9 @@ def norm_silu_padded(
     if opts.compile:
         if past is None:
             past = _zeros((B, C, hist, H, W), x, fmt)
-        import torch._dynamo as dynamo  # imported on first use: it is slow to import
-
-        limit = "recompile_limit" if hasattr(dynamo.config, "recompile_limit") else "cache_size_limit"
-        with dynamo.config.patch(**{limit: _RECOMPILE_LIMIT}):
-            return _compiled("norm_silu_cat", _norm_silu_cat)(x, norm.gamma, past)
+        return _run_compiled("norm_silu_cat", _norm_silu_cat, x, norm.gamma, past, bias, opts.channels_last)
+    if bias is not None:
+        raise ValueError("norm_silu_padded adds a folded conv bias on the compiled route only")
     buf = torch.empty((B, C, hist + T, H, W), dtype=x.dtype, device=x.device, memory_format=fmt)
     head, body = buf[:, :, :hist], buf[:, :, hist:]
     if past is None:
@@ -203,6 +231,13 @@ class ResidualBlock(nn.Module):
 
     def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         r = self.residual
+        if opts is not None and opts.compile and r["2"].bias is not None and r["6"].bias is not None:
+            # each conv's bias is added inside the next compiled pass instead of by cuDNN (see forward_padded)
+            h = r["2"].forward_padded(norm_silu_padded(x, r["0"], r["2"], cache, opts), cache, bias=False)
+            h = norm_silu_padded(h, r["3"], r["6"], cache, opts, bias=r["2"].bias)
+            h = r["6"].forward_padded(h, cache, bias=False)
+            residual = self.shortcut(x) if self.shortcut is not None else x
+            return _run_compiled("add_bias_residual_", _add_bias_residual_, h, r["6"].bias, residual)
         if opts is not None and opts.fused:
             h = r["2"].forward_padded(norm_silu_padded(x, r["0"], r["2"], cache, opts), cache)
             h = r["6"].forward_padded(norm_silu_padded(h, r["3"], r["6"], cache, opts), cache)
@@ -226,6 +261,9 @@ class AttentionBlock(nn.Module):
         y = x.permute(0, 2, 1, 3, 4).reshape(B * T, C, H, W)  # (B·T, C, H, W)
         qkv = self.to_qkv(self.norm(y)).reshape(B * T, 3 * C, H * W).transpose(1, 2)  # (B·T, HW, 3C)
         q, k, v = qkv.unsqueeze(1).chunk(3, dim=-1)  # each (B·T, 1, HW, C)
+        if opts is not None and opts.fused:
+            # as chunks of qkv, SDPA took its math path here (fp32 upcast, ~4x slower on the H200)
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         y = F.scaled_dot_product_attention(q, k, v)  # (B·T, 1, HW, C)
         y = self.proj(y.squeeze(1).transpose(1, 2).reshape(B * T, C, H, W))
         return x + y.reshape(B, T, C, H, W).permute(0, 2, 1, 3, 4)

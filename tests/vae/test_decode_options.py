@@ -192,7 +192,8 @@ def test_compiled_option_equals_reference(vae_fixture, monkeypatch):
     vae = copy.deepcopy(vae_fixture.vae)
     z, reference = _reference(vae_fixture)
     out = _stream(vae, z, VAEDecodeOptions(compile=True, channels_last=True))
-    assert "norm_silu_cat" in vae_layers._COMPILED and not out.isnan().any()
+    # the residual blocks' conv biases are folded into the compiled passes (not added by cuDNN)
+    assert {"norm_silu_cat", "add_bias_residual_"} <= set(vae_layers._COMPILED) and not out.isnan().any()
     torch.testing.assert_close(out, reference, atol=ATOL, rtol=0)
 
 
