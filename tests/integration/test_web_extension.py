@@ -215,7 +215,12 @@ def _fit_view(browser: Browser) -> None:
 
 
 def _panel(browser: Browser, class_type: str) -> dict:
-    return browser.eval(f"""(() => {{
+    return browser.eval(_panel_js(class_type))
+
+
+def _panel_js(class_type: str) -> str:
+    """A JS expression giving the node's live-panel state (null without a panel)."""
+    return f"""(() => {{
       const node = app.graph.nodes.find((n) => n.comfyClass === {json.dumps(class_type)});
       const live = node?.inferixLive;
       if (!live) return null;
@@ -228,7 +233,7 @@ def _panel(browser: Browser, class_type: str) -> dict:
         img: live.withPreview ? {{src: live.img.src, shown: live.img.style.display !== 'none',
                                  loaded: live.img.complete && live.img.naturalWidth > 0}} : null,
       }};
-    }})()""")
+    }})()"""
 
 
 @pytest.mark.skipif(not BUNDLED_MODEL.is_file(), reason=f"the quickstart needs the bundled model ({BUNDLED_MODEL})")
@@ -280,7 +285,12 @@ def test_live_preview_panel_and_interrupt_in_the_browser(comfyui, browser, image
     assert state["running"] and state["last"]["num_blocks"] == 400
 
     source = _panel(browser, "InferixBlockDenoise")
-    out = _panel(browser, "InferixStreamOut")
+    # the stream goes on, so the preview may be between two blocks' images: read it once one has loaded
+    out = browser.wait_for(
+        f"(() => {{ const p = {_panel_js('InferixStreamOut')}; return p?.img?.loaded ? p : null; }})()",
+        30,
+        "the Stream Out panel with its preview loaded",
+    )
     for panel in (source, out):
         assert panel["connected"] and panel["visible"], panel
         assert panel["status"] == "live" and panel["button"] and panel["buttonEnabled"], panel
