@@ -169,6 +169,38 @@ def measure_shape(shape: ConvShape, dtype: torch.dtype, max_gemm_rows: int = 1 <
     return out
 
 
+def fused_pass_bytes(vae: WanVAE, blocks: list[torch.Tensor]) -> dict[str, tuple[int, int]]:
+    """(calls, bytes) of each compiled pass of a decode of `blocks`, every operand read or written once.
+
+    The least memory traffic those kernels can have: `norm_silu_cat` reads x and the cached history and
+    writes both into the conv's buffer; `add_bias_residual_` reads h and the shortcut and writes h. Runs the
+    passes eagerly (on the meta device for full sizes: no memory, no GPU).
+    """
+    from inferix_core.vae import layers
+
+    tally: dict[str, list[int]] = {}
+
+    def count(name, fn, *args):
+        if name == "norm_silu_cat":
+            x, _gamma, past = args[:3]
+            elems = 2 * (x.numel() + past.numel())
+        else:
+            h, _bias, residual = args
+            elems = 2 * h.numel() + residual.numel()
+        entry = tally.setdefault(name, [0, 0])
+        entry[0] += 1
+        entry[1] += elems * args[0].element_size()
+        return fn(*args)
+
+    real, layers._run_compiled = layers._run_compiled, count
+    try:
+        with torch.no_grad():
+            decode_video(vae, blocks)
+    finally:
+        layers._run_compiled = real
+    return {k: (c, b) for k, (c, b) in tally.items()}
+
+
 def build_vae(dtype: torch.dtype, compile: bool) -> WanVAE:
     """The Wan 2.1 VAE (random weights) set up as `load_world_model` sets it up on CUDA."""
     from inferix_core.models.registry import loader_vae_decode_options, loader_vae_stream_slicing
@@ -253,13 +285,22 @@ def main(argv: list[str] | None = None) -> int:
     print("top kernels:")
     for name, t in kernels.most_common(args.top):
         print(f"  {t:8.4f} s  {name[:140]}")
+    with torch.device("meta"):
+        meta_vae = WanVAE(vae.config).to(dtype)
+    meta_vae.decode_options, meta_vae.stream_slicing = vae.decode_options, vae.stream_slicing
+    fused = fused_pass_bytes(meta_vae, [b.to("meta") for b in blocks]) if vae.decode_options.compile else {}
+    fused_gb = sum(b for _, b in fused.values()) / 1e9
+    if fused:
+        t = groups.get("fused (triton)", 0.0)
+        print(f"compiled passes: {sum(c for c, _ in fused.values())} calls, at least {fused_gb:.1f} GB read and "
+              f"written → {fused_gb / max(t, 1e-9):.0f} GB/s over their {t:.4f} s")  # fmt: skip
     counts = Counter(recorder.calls)
     conv_flops = sum(c.flops * n for c, n in counts.items())
     result: dict = {
         "height": args.height, "width": args.width, "blocks": args.blocks, "block_frames": args.block_frames,
         "options": str(vae.decode_options), "slicing": str(vae.stream_slicing), "wall_s": wall, "walls_s": walls,
         "kernel_s": kernel_s, "groups_s": dict(groups), "top_kernels_s": dict(kernels.most_common(args.top)),
-        "conv_calls": len(recorder.calls), "conv_flops": conv_flops,
+        "conv_calls": len(recorder.calls), "conv_flops": conv_flops, "fused_pass_bytes": fused,
     }  # fmt: skip
     print(f"{len(recorder.calls)} conv calls, {len(counts)} distinct shapes, {conv_flops / 1e12:.2f} TFLOP; "
           f"conv kernels {groups.get('conv', 0):.4f} s → {conv_flops / max(groups.get('conv', 1e-9), 1e-9) / 1e12:.0f}"

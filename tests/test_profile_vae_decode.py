@@ -63,3 +63,37 @@ def test_stacked_time_taps_conv_is_conv3d():
     assert out.shape == ref.shape
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_pass_bytes_are_the_passes_operands():
+    """The compiled passes' least traffic: every input once and the output once (the output measured here)."""
+    from bench.profile_vae_decode import fused_pass_bytes
+    from inferix_core.vae import layers
+
+    torch.manual_seed(3)
+    vae = WanVAE(WanVAEConfig(dim=8)).eval()
+    vae.decode_options = VAEDecodeOptions(channels_last=True, fused_cache=True, compile=True)
+    blocks = [torch.randn(1, 16, 3, 4, 6) for _ in range(2)]
+    seen: dict[str, int] = {}
+
+    def spy(name, fn, *args):
+        out = fn(*args)
+        # x and the history (gamma and bias are per channel); or h (read, then written as out) and the shortcut
+        operands = [args[0], args[2]]
+        nbytes = sum(t.numel() for t in [*operands, out]) * out.element_size()
+        seen[name] = seen.get(name, 0) + nbytes
+        assert torch.isfinite(out).all()
+        return out
+
+    counted = fused_pass_bytes(vae, blocks)
+    real = layers._run_compiled
+    layers._run_compiled = spy
+    try:
+        with torch.no_grad():
+            decoder = vae.stream_decoder()
+            for z in blocks:
+                decoder.decode(z)
+    finally:
+        layers._run_compiled = real
+    assert set(counted) == {"norm_silu_cat", "add_bias_residual_"}
+    assert {k: b for k, (_, b) in counted.items()} == seen
