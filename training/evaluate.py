@@ -190,7 +190,7 @@ def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0, see
     }
 
 
-def _road_and_grass(scene: str) -> tuple[np.ndarray, np.ndarray]:
+def road_and_grass(scene: str) -> tuple[np.ndarray, np.ndarray]:
     """A scene's road colours (light, dark) and grass colours (light, dark), RGB rows of its palette."""
     palette = np.asarray(road.PALETTES[scene], dtype=np.float64)
     return palette[[5, 6]], palette[[3, 4]]
@@ -209,9 +209,10 @@ def steering(
 
     The estimator before it, `horizontal_shift` (the dx that best aligns the rows' channel mean), is reported
     beside it (`*_channel_mean`, `agree_channel_mean`) but no longer decides: on the renderer's own frames it
-    reads the wrong sign or about 0 in 10 of 80 held-out cases (6 of 26 at night) whose road centre the
-    renderer's projection moves by 6.6-11.8 px, because the channel mean hides the road/grass edge and its
-    error curve has near-tied minima at 0 and one lane over (docs/world_model.md, "Steering").
+    reads -1, 0 or +1 px in 15 of 80 held-out cases (10 of them the wrong sign or 0, 6 of the 26 at night)
+    whose road centre the renderer's projection moves by 6.6-9.5 px, because the channel mean hides the
+    road/grass edge and its error curve has near-tied minima near 0 and one lane over (`training/steering_check.py`,
+    docs/world_model.md, "Steering").
     """
     world = world_of(bundle)
     h, n = world.height, bundle.config["sampling"]["block_frames"]
@@ -223,7 +224,7 @@ def steering(
             break
         idx, scene = STEER_BASE + i, world.scene(i)
         world_seed = episode_seed(seed, idx)
-        colours = _road_and_grass(scene or road.scene_for_seed(world_seed))
+        colours = road_and_grass(scene or road.scene_for_seed(world_seed))
 
         def shifts(frame: np.ndarray, none: np.ndarray, colours=colours) -> tuple[float, int]:
             channel_mean = horizontal_shift(frame, none, rows, max_shift)

@@ -1,5 +1,6 @@
-"""training/fidelity_bound.py runs at tiny settings, scores the truth against itself as identical (the control that
-must come out perfect), and gives alternative futures whose prefix is the episode's bit for bit and whose future is not."""
+"""training/fidelity_bound.py runs at tiny settings, scores the truth against itself as identical (the control
+that must come out perfect), and gives alternative futures whose prefix is the episode's bit for bit and whose
+future is not."""
 
 from __future__ import annotations
 
