@@ -58,6 +58,9 @@ from .data import episode_actions, episode_seed
 from .evaluate import EVAL_SEED, FIDELITY_BASE
 
 PREFIX_FRAMES = 9  # one latent block of 3 frames: pixel frames 0..8
+# Bands of rows (fractions of the height) for where a model's error is: sky, horizon and mountains, far, middle
+# and near road, and the car's rows with the road under it (at 96²: rows 0-30-45-58-72-83-96).
+ROW_BANDS = ((0.0, 0.3125), (0.3125, 0.47), (0.47, 0.6), (0.6, 0.75), (0.75, 0.865), (0.865, 1.0))
 
 
 @dataclass
@@ -346,10 +349,10 @@ def summarise(per_episode: list[dict], fps: int) -> dict:
             "mean": float(v.mean()),
             "per_half_second": [float(v[:, a : a + half].mean()) for a in range(0, v.shape[1], half)],
         }
+        r["per_episode"] = [float(x) for x in v.mean(1)]
         if key.endswith("_psnr"):
             mse = 255.0**2 / 10 ** (v / 10)
             r["of_mean_mse"] = float(10 * np.log10(255.0**2 / mse.mean()))  # not dominated by exact frames
-            r["per_episode"] = [float(x) for x in v.mean(1)]
         out[key] = r
     return out
 
@@ -414,12 +417,15 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print) ->
     drops = {"no_objects": {"objects"}}
     if world.name == "v2":
         drops.update(no_traffic={"traffic"}, no_scenery={"objects", "traffic"})
-    scores = []
+    scores, row_error, speeds = [], [], []
     for i in range(episodes):
         ep = world.episode(i, num_latent)
         if i == 0 and not np.array_equal(world.render_without(ep, frozenset()), ep.truth):
             raise AssertionError("the diagnostics' render loop differs from the world's render_episode")
         truth = ep.truth[sl]
+        car = []
+        world.render_without(ep, frozenset(), edit=lambda t, state, car=car: car.append(state.speed))
+        speeds.append(float(np.mean(car[sl])))
         preds = {"hold": np.repeat(ep.truth[PREFIX_FRAMES - 1 : PREFIX_FRAMES], sl.stop - sl.start, 0)}
         preds.update({k: world.render_without(ep, frozenset(d))[sl] for k, d in drops.items()})
         for d in (0.25, 0.5, 1.0, 2.0):
@@ -434,12 +440,22 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print) ->
             with torch.inference_mode():
                 gen, _ = rollout(bundle, ep.seed, ep.latent_actions, noise_seed=i, scene=ep.scene, world=world)
             preds["model"] = gen[sl]
+            sq = ((gen[sl].astype(np.float64) - truth) ** 2).mean(axis=(0, 2, 3))  # per row
+            row_error.append(sq)
         scores.append({f"{k}_{m}": f(v, truth) for k, v in preds.items() for m, f in (("psnr", psnr), ("ssim", ssim))})
         log(
             f"{world.name} diagnostics episode {ep.index}: "
             + json.dumps({k: round(float(v.mean()), 2) for k, v in scores[-1].items()})
         )
-    return {"world": world.name, "episodes": episodes, "seconds": seconds, "scores": summarise(scores, fps)}
+    out = {"world": world.name, "episodes": episodes, "seconds": seconds, "scores": summarise(scores, fps)}
+    out["car_speed"] = {"mean": float(np.mean(speeds)), "per_episode": speeds}  # units/s over the scored frames
+    if row_error:  # where in the frame the model's squared error is, by bands of rows (fractions of the height)
+        sq = np.mean(row_error, 0)
+        h = len(sq)
+        out["model_error_share_by_rows"] = {
+            f"{a:.2f}-{b:.2f}": float(sq[round(a * h) : round(b * h)].sum() / sq.sum()) for a, b in ROW_BANDS
+        }
+    return out
 
 
 def _mode(text: str) -> str:
