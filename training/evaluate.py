@@ -13,7 +13,7 @@ v2 bundles; a v1 bundle is refused, its evaluation is at commit 084f673), at the
 same actions and scene.
 
 Parts (`--only`): speed (frames/s incl. decode from scratch), fidelity (PSNR/SSIM over the first 2 s),
-steering (sign of the road's shift under steer_left/right vs none, against the renderer's), long (one
+steering (sign of the road centre's shift under steer_left/right vs none, against the renderer's), long (one
 rollout per scene of `--minutes`: sky-palette agreement with the conditioned scene, and the proxy VDE of
 clarity, brightness and background of the rollout and of the truth; plus the contact sheet).
 """
@@ -39,7 +39,7 @@ from inferix_core.metrics.lvbench.vde import vde
 from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.pipeline.block_diffusion import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.world import SCENES, latent_to_pixel_actions, road, scene_words
-from inferix_core.world.compare import horizontal_shift, psnr, ssim
+from inferix_core.world.compare import horizontal_shift, psnr, road_centre_shift, ssim
 from inferix_core.world.palette import palette_agreement
 from inferix_core.world.road import LEFT, NONE, RIGHT
 
@@ -190,35 +190,53 @@ def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0, see
     }
 
 
+def road_and_grass(scene: str) -> tuple[np.ndarray, np.ndarray]:
+    """A scene's road colours (light, dark) and grass colours (light, dark), RGB rows of its palette."""
+    palette = np.asarray(road.PALETTES[scene], dtype=np.float64)
+    return palette[[5, 6]], palette[[3, 4]]
+
+
 def steering(
-    bundle: BundledWorldModel, cases: int = 16, steer_blocks: int = 1, min_shift: int = 2, seed: int = EVAL_SEED
+    bundle: BundledWorldModel, cases: int = 16, steer_blocks: int = 1, min_shift: float = 2.0, seed: int = EVAL_SEED
 ) -> dict:
     """From the same start and noise: steer_left or steer_right for steer_blocks blocks, against 'none'.
 
-    The horizontal shift of the near ground rows (0.6-0.8 of the height, above the car) of the last
-    frame against the 'none' rollout's, for the model and for the renderer; the road moves right on
-    screen when the car steers left. A case is one (held-out start, direction) whose TRUE shift is
-    clear: at least `min_shift` px and below the estimator's limit (where it saturates); the selection
-    looks at the renderer only, never at the model, and the skipped ones are counted. The model's
-    shift may saturate (reported); its sign still counts.
+    The shift of the road's centre in the near ground rows (0.6-0.8 of the height, above the car) of the last
+    frame against the 'none' rollout's (`road_centre_shift` with the scene's road and grass colours), for the
+    model and for the renderer; the road moves right on screen when the car steers left. A case is one
+    (held-out start, direction) whose TRUE shift is clear (at least `min_shift` px); the selection looks at the
+    renderer only, never at the model, and the skipped ones are counted.
+
+    The estimator before it, `horizontal_shift` (the dx that best aligns the rows' channel mean), is reported
+    beside it (`*_channel_mean`, `agree_channel_mean`) but no longer decides: on the renderer's own frames it
+    reads -1, 0 or +1 px in 15 of 80 held-out cases (10 of them the wrong sign or 0, 6 of the 26 at night)
+    whose road centre the renderer's projection moves by 6.6-9.5 px, because the channel mean hides the
+    road/grass edge and its error curve has near-tied minima near 0 and one lane over (`training/steering_check.py`,
+    docs/world_model.md, "Steering").
     """
     world = world_of(bundle)
     h, n = world.height, bundle.config["sampling"]["block_frames"]
     rows = slice(int(0.6 * h), int(0.8 * h))
-    max_shift = max(4, world.width // 4)
+    max_shift = max(4, world.width // 4)  # the channel-mean estimator's search range
     out, skipped = [], []
     for i in range(4 * cases):
         if len(out) >= cases:
             break
         idx, scene = STEER_BASE + i, world.scene(i)
         world_seed = episode_seed(seed, idx)
+        colours = road_and_grass(scene or road.scene_for_seed(world_seed))
+
+        def shifts(frame: np.ndarray, none: np.ndarray, colours=colours) -> tuple[float, int]:
+            channel_mean = horizontal_shift(frame, none, rows, max_shift)
+            return round(road_centre_shift(frame, none, rows, *colours), 2), channel_mean
+
         base = episode_actions(seed, idx, n)
         seqs = {k: np.concatenate([base, np.full(n * steer_blocks, a)]) for k, a in (("left", LEFT), ("right", RIGHT))}
         seqs["none"] = np.concatenate([base, np.full(n * steer_blocks, NONE)])
         tru = {k: world.render(world_seed, latent_to_pixel_actions(v), scene)[-1] for k, v in seqs.items()}
-        true_shift = {k: horizontal_shift(tru[k], tru["none"], rows, max_shift) for k in ("left", "right")}
-        keep = [k for k, t in true_shift.items() if min_shift <= abs(t) < max_shift][: cases - len(out)]
-        skipped += [{"start": idx, "steer": k, "true_shift": t} for k, t in true_shift.items() if k not in keep]
+        true_shift = {k: shifts(tru[k], tru["none"]) for k in ("left", "right")}
+        keep = [k for k, t in true_shift.items() if abs(t[0]) >= min_shift][: cases - len(out)]
+        skipped += [{"start": idx, "steer": k, "true_shift": t[0]} for k, t in true_shift.items() if k not in keep]
         if not keep:
             continue
         gen = {
@@ -226,8 +244,7 @@ def steering(
             for k in ["none", *keep]
         }
         for k in keep:
-            m = horizontal_shift(gen[k], gen["none"], rows, max_shift)
-            t = true_shift[k]
+            (m, m_cm), (t, t_cm) = shifts(gen[k], gen["none"]), true_shift[k]
             out.append(
                 {
                     "start": idx,
@@ -236,7 +253,9 @@ def steering(
                     "model_shift": m,
                     "true_shift": t,
                     "agree": bool(np.sign(m) == np.sign(t)),
-                    "model_saturated": abs(m) == max_shift,
+                    "model_shift_channel_mean": m_cm,
+                    "true_shift_channel_mean": t_cm,
+                    "agree_channel_mean": bool(np.sign(m_cm) == np.sign(t_cm)),
                 }
             )
     agree = sum(c["agree"] for c in out)
@@ -245,10 +264,9 @@ def steering(
         "agree": agree,
         "total": len(out),
         "sign_agreement": agree / max(len(out), 1),
-        "saturated": sum(c["model_saturated"] for c in out),
+        "agree_channel_mean": sum(c["agree_channel_mean"] for c in out),
         "skipped_unclear_truth": skipped,
         "mean_abs_error_px": float(np.mean([abs(c["model_shift"] - c["true_shift"]) for c in out])) if out else 0.0,
-        "max_shift_px": max_shift,
         "steer_seconds": steer_blocks * n * 4 / bundle.config["fps"],
     }
 
@@ -434,7 +452,7 @@ def verdict(results: dict) -> list[dict]:
     if "steering" in results:
         s = results["steering"]
         row(
-            f"steering sign agreement ({s['agree']}/{s['total']}, {s['saturated']} model shifts saturated)",
+            f"steering sign agreement ({s['agree']}/{s['total']}; channel-mean shift: {s['agree_channel_mean']})",
             s["sign_agreement"],
             "≥ 15/16",
             s["sign_agreement"] >= BAR["steering_fraction"],

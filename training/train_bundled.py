@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rollout-time", type=float, default=420.0, help="rollout-phase wall-clock budget, seconds")
     p.add_argument("--rollout-share", type=float, default=0.5, help="share of rollout steps in that phase")
     p.add_argument("--rollout-lr", type=float, default=1.5e-4, help="peak LR of the rollout phase (fresh AdamW)")
+    p.add_argument("--rollout-blocks", type=int, default=None,
+                   help="rollouts cover only the first N blocks of an episode (default: all of it)")  # fmt: skip
     p.add_argument("--clip-frames", type=int, default=18, help="latent frames per training clip")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--ckpt-every", type=int, default=500)
@@ -184,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.episodes, args.latent_frames, args.size, args.batch, args.clip_frames = 6, 9, 32, 2, 6
         args.ae_steps, args.tf_steps, args.rollout_steps, args.ckpt_every = 3, 3, 4, 2
+    block = SAMPLING["block_frames"]
+    if args.rollout_blocks is not None and args.rollout_blocks * block < args.clip_frames:
+        raise SystemExit(f"error: --rollout-blocks {args.rollout_blocks} cannot hold a {args.clip_frames}-frame clip")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.continue_from is not None:
         if args.resume_from is not None:
@@ -303,8 +308,8 @@ def main(argv: list[str] | None = None) -> None:
             pool, world, sampling, cache_cfg, device,
             Checkpointer(args.work / "rollout.pt", args.ckpt_every, args.resume),
             start + args.rollout_steps, min(args.rollout_time, left(40.0)), batch=args.batch, lr=args.rollout_lr,
-            clip_frames=args.clip_frames, rollout_share=args.rollout_share, start_step=start,
-            phase="rollout", log=log,
+            clip_frames=args.clip_frames, rollout_share=args.rollout_share, rollout_blocks=args.rollout_blocks,
+            start_step=start, phase="rollout", log=log,
         )  # fmt: skip
         state["rollout"] = rec
         state["done"].append("rollout")
@@ -321,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         "teacher_forcing": state.get("tf"),
         "rollout": state.get("rollout"),
         "rollout_share": args.rollout_share,
+        "rollout_blocks": args.rollout_blocks,
         "earlier_calls": state.get("earlier_calls", []),
         "seconds_this_call": round(time.time() - t_start, 1),
     }

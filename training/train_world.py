@@ -193,6 +193,7 @@ def train_world(
     context_noise_max: float = 0.1,
     rollout_share: float = 0.0,
     rollout_reuse: int = 2,
+    rollout_blocks: int | None = None,
     start_step: int = 0,
     phase: str = "tf",
     min_ready: int = 256,
@@ -202,10 +203,13 @@ def train_world(
     """Train `model` in place on `pool` (refreshed as rendering goes) until `max_steps` or `time_budget_s`.
 
     rollout_share = 0: teacher forcing only. > 0: that share of the steps trains on the model's own
-    rollouts (each rollout batch is reused for `rollout_reuse` steps with fresh noise and crops).
+    rollouts (each rollout batch is reused for `rollout_reuse` steps with fresh noise and crops); a rollout
+    covers the whole episode, or only its first `rollout_blocks` blocks (the true one included), which makes
+    each rollout cheaper and puts its clips where the fidelity bar measures (`rollout_blocks · 3` latent
+    frames must hold a clip).
     The LR schedule follows the larger of the step and time fractions, so a time-limited run anneals.
     Training starts once `min_ready` episodes (or all) are encoded, so early steps do not overfit a few.
-    Returns {"steps", "loss_ema", "rollout_loss_ema", "seconds"}.
+    Returns {"steps", "loss_ema", "rollout_loss_ema", "seconds", "rollouts", "rollout_seconds", "rollout_frames"}.
     """
     num_frames = pool.latents.shape[1]
     h, w = pool.latents.shape[-2:]
@@ -219,6 +223,12 @@ def train_world(
     gen = torch.Generator(device="cpu").manual_seed(1000 + step + (7919 if phase != "tf" else 0))
     amp = device.type == "cuda" if amp is None else amp
     roll_frames = num_frames - num_frames % n  # whole blocks
+    if rollout_blocks is not None:
+        roll_frames = min(roll_frames, rollout_blocks * n)
+        if roll_frames < clip_frames:
+            raise ValueError(
+                f"rollouts of {rollout_blocks} blocks ({roll_frames} frames) cannot hold a {clip_frames}-frame clip"
+            )
     t0, last_log, ema, roll_ema = time.time(), 0.0, None, None
     cached: tuple | None = None
     uses, rollouts, rollout_s = 0, 0, 0.0
@@ -287,4 +297,5 @@ def train_world(
         "seconds": round(seconds, 1),
         "rollouts": rollouts,
         "rollout_seconds": round(rollout_s, 1),
+        "rollout_frames": roll_frames if rollout_share > 0 else None,
     }

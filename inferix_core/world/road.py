@@ -130,22 +130,50 @@ class Track:
     def __init__(self, seed: int, length: float = 40000.0, resolution: float = 0.5):
         rng = np.random.default_rng(seed)
         self.resolution = resolution
-        n = int(length / resolution)
-        curv = np.zeros(n, dtype=np.float64)
-        i = 0
-        while i < n:
-            seg = int(rng.uniform(40, 140) / resolution)
-            k = 0.0 if rng.random() < 0.35 else rng.choice([-1.0, 1.0]) * rng.uniform(0.004, 0.016)
-            curv[i : i + seg] = k
-            i += seg
-        # Smooth the steps so curves ease in and out (box filter over ~20 units).
-        w = int(20 / resolution)
-        self.curvature = np.convolve(curv, np.ones(w) / w, mode="same")
+        self._raw = np.zeros(int(length / resolution), dtype=np.float64)  # the curvature steps, before smoothing
+        self._starts = self._draw_segments(rng, 0)
+        self._smooth()
         # Hills: three sines with wavelengths 80-200 units; a quarter of the tracks are flat.
         hills = 0.0 if rng.random() < 0.25 else rng.uniform(0.4, 1.0)
         self._wavelength = rng.uniform(80.0, 200.0, size=3)
         self._slope = hills * rng.uniform(0.04, 0.08, size=3)  # peak slope of each sine
         self._phase = rng.uniform(0, 2 * np.pi, size=3)
+
+    def _draw_segments(self, rng: np.random.Generator, i: int) -> list[int]:
+        """Fill the raw curvature from index i on with random segments; returns their start indices."""
+        starts, n = [], len(self._raw)
+        while i < n:
+            seg = int(rng.uniform(40, 140) / self.resolution)
+            k = 0.0 if rng.random() < 0.35 else rng.choice([-1.0, 1.0]) * rng.uniform(0.004, 0.016)
+            self._raw[i : i + seg] = k
+            starts.append(i)
+            i += seg
+        return starts
+
+    def _smooth(self) -> None:
+        """Smooth the steps so curves ease in and out (box filter over ~20 units)."""
+        w = int(20 / self.resolution)
+        self.curvature = np.convolve(self._raw, np.ones(w) / w, mode="same")
+
+    def redraw_beyond(self, s: float, rng: np.random.Generator) -> None:
+        """Re-draw the curves beyond track distance `s` from `rng`; the curvature up to `s` stays bit for bit.
+
+        The smoothed curvature at index i reads the raw steps up to i + (w − 1)//2, so the raw steps are kept
+        up to there. The segment running at that point keeps its curvature and gets a new length from its
+        prior given that it lasted that long (U(40, 140) units, at least as long as it has run); after it,
+        new segments as in `__init__`.
+        """
+        w = int(20 / self.resolution)
+        keep = int(s / self.resolution) + (w - 1) // 2 + 1  # raw steps [0, keep) stay
+        if keep >= len(self._raw):
+            return
+        a = max(i for i in self._starts if i < keep)  # the segment that runs at keep − 1
+        k = self._raw[a]
+        seg = int(rng.uniform(max(40.0, (keep - a) * self.resolution), 140.0) / self.resolution)
+        end = max(a + seg, keep)
+        self._raw[keep:end] = k
+        self._starts = [i for i in self._starts if i <= a] + self._draw_segments(rng, end)
+        self._smooth()
 
     def curvature_at(self, s: np.ndarray | float) -> np.ndarray | float:
         idx = np.clip((np.asarray(s) / self.resolution).astype(np.int64), 0, len(self.curvature) - 1)
@@ -175,11 +203,54 @@ class Traffic:
         return self.start + self.speed * time
 
 
+@dataclass(frozen=True)
+class Redraw:
+    """What of an episode's seed to draw again, for an alternative future of the same start (`RoadWorld(redraw=)`).
+
+    `states` are the car's (position, time) in the frames the alternative must reproduce (`hidden_future`
+    gives them for the first frames of an action list). Re-drawn from `seed`, from their priors: the curves and
+    the roadside objects beyond `beyond` (default: the farthest depth any state had within its draw distance),
+    the objects named in `objects`, and the other cars named in `cars` as well as every car that was within
+    the draw distance of no state (each from its prior restricted to staying out of that distance at every
+    state; the cars are independent draws, so that is their distribution given what the states could show).
+    With the defaults nothing re-drawn was within the draw distance of any state (nor slowed the car), so
+    those frames come out bit for bit the same; a nearer `beyond` or named objects and cars (hidden behind a
+    crest, say) are the caller's claim, to check against the frames. `view` (default: the draw distance) is the
+    distance that counts as in view, for the default `beyond` and for the cars: a shorter one re-draws things the
+    frames do show (faintly, far away), a proxy for what a viewer cannot make out. The hills (three sines over
+    the whole track) and the mountain profile (one periodic profile) are never re-drawn.
+    """
+
+    seed: int
+    states: tuple[tuple[float, float], ...]
+    beyond: float | None = None
+    objects: tuple[int, ...] = ()
+    cars: tuple[int, ...] = ()
+    view: float | None = None
+
+
+def cars_in_view(
+    states: tuple[tuple[float, float], ...], start: np.ndarray, speed: np.ndarray, view: float
+) -> np.ndarray:
+    """Which other cars (start, speed) were ahead within `view` (±1) in any of the (position, time) `states`,
+    bool (N,): with the draw distance, what those frames could show of the traffic, and the cars that slowed
+    the car."""
+    visited = np.asarray(states, dtype=np.float64)  # (V, 2)
+    gaps = np.asarray(start)[None] + np.asarray(speed)[None] * visited[:, 1:] - visited[:, :1]  # (V, N)
+    return ((gaps > -1.0) & (gaps < view + 1.0)).any(0)
+
+
 class RoadWorld:
     """One episode of the driving world: `step(action)` then `render()` gives the next frame."""
 
     def __init__(
-        self, seed: int, height: int = 192, width: int = 192, spec: WorldSpec | None = None, scene: str | None = None
+        self,
+        seed: int,
+        height: int = 192,
+        width: int = 192,
+        spec: WorldSpec | None = None,
+        scene: str | None = None,
+        redraw: Redraw | None = None,
     ):
         self.spec = spec or WorldSpec()
         self.height, self.width = height, width
@@ -210,11 +281,58 @@ class RoadWorld:
             lane=np.asarray(LANES)[rng.integers(len(LANES), size=n)],
             colour=np.asarray(TRAFFIC_COLOURS, dtype=np.float32)[rng.integers(len(TRAFFIC_COLOURS), size=n)],
         )
+        self._traffic_prior = (self.state.position - 100.0, span)  # starts ~ U(origin, origin + span)
+        self._visited: list[tuple[float, float]] = []  # (position, time) before every step
+        self._object_redraw: tuple[int, int, dict[int, int]] | None = None  # (first index, seed, {index: seed})
+        if redraw is not None:
+            self._redraw(redraw)
+
+    def states(self) -> tuple[tuple[float, float], ...]:
+        """(position, time) of every state the car has been in so far, the current one last."""
+        return (*self._visited, (self.state.position, self.state.time))
+
+    def _redraw(self, r: Redraw) -> None:
+        """Apply `r` to this freshly made world (see Redraw): curves, roadside objects, other cars."""
+        sp = self.spec
+        rng = np.random.default_rng((int(r.seed), 0x5EED))
+        view = sp.draw_distance if r.view is None else r.view
+        reach = max(p for p, _ in r.states) + view + 1.0  # the road centre is read just past the draw distance
+        beyond = reach if r.beyond is None else min(r.beyond, reach)
+        self.track.redraw_beyond(beyond, rng)
+        first = int(beyond / sp.object_spacing) + 1
+        named = {int(i): int(rng.integers(1 << 30)) for i in r.objects}
+        self._object_redraw = (first, int(rng.integers(1 << 30)), named)
+
+        tr = self.traffic
+        seen = cars_in_view(r.states, tr.start, tr.speed, view)
+        todo = np.union1d(np.flatnonzero(~seen), np.asarray(r.cars, dtype=np.int64))
+        origin, span = self._traffic_prior
+        while len(todo):  # rejection sampling from the prior restricted to out of view at every state
+            start = origin + rng.uniform(0, span, size=len(todo))
+            speed = rng.uniform(*sp.traffic_speed, size=len(todo))
+            ok = ~cars_in_view(r.states, start, speed, view)
+            tr.start[todo[ok]], tr.speed[todo[ok]] = start[ok], speed[ok]
+            tr.lane[todo[ok]] = np.asarray(LANES)[rng.integers(len(LANES), size=int(ok.sum()))]
+            tr.colour[todo[ok]] = np.asarray(TRAFFIC_COLOURS, dtype=np.float32)[
+                rng.integers(len(TRAFFIC_COLOURS), size=int(ok.sum()))
+            ]
+            todo = todo[~ok]
+
+    def _object_rng(self, i: int) -> np.random.Generator:
+        """The generator of roadside object pair i: the episode's, or a re-drawn one's (Redraw)."""
+        if self._object_redraw is not None:
+            first, seed, named = self._object_redraw
+            if i in named:
+                return np.random.default_rng((named[i], i))
+            if i >= first:
+                return np.random.default_rng((seed, i))
+        return np.random.default_rng((self._object_seed, i))
 
     # --- dynamics ---------------------------------------------------------------------------
     def step(self, action: int) -> None:
         """Advance one pixel frame (1/FPS s) under `action` (an index into ACTION_NAMES)."""
         sp, st = self.spec, self.state
+        self._visited.append((st.position, st.time))
         dt = 1.0 / FPS
         if action == ACCEL:
             st.speed += sp.accel * dt
@@ -333,7 +451,7 @@ class RoadWorld:
         first = int(np.ceil((st.position + 0.8) / sp.object_spacing))
         last = int((st.position + sp.draw_distance) / sp.object_spacing)
         for i in range(first, last + 1):
-            r = np.random.default_rng((self._object_seed, i))
+            r = self._object_rng(i)
             for side in (-1.0, 1.0):
                 kind = int(r.integers(3))  # 0 tree, 1 pine, 2 post
                 lat = side * (1.45 + r.uniform(0.0, 0.8)) * sp.road_half_width
@@ -459,6 +577,7 @@ def render_episode(
     width: int = 96,
     supersample: int = 2,
     scene: str | None = None,
+    redraw: Redraw | None = None,
 ) -> np.ndarray:
     """Render frame 0 and then one frame after each of `actions[1:]` (uint8 [T, H, W, 3]).
 
@@ -467,9 +586,11 @@ def render_episode(
     `scene` picks the palette (default `scene_for_seed(seed)`); everything else comes from the seed.
     Each frame is rendered at `supersample`× the size and box-filtered down, which removes the
     flicker of far stripes and lane dashes at small sizes.
+    `redraw` draws part of the seed's randomness again (`Redraw`, `hidden_future`): an alternative future
+    of the same start and actions (training/fidelity_bound.py).
     """
     s = supersample
-    world = RoadWorld(seed, height * s, width * s, scene=scene)
+    world = RoadWorld(seed, height * s, width * s, scene=scene, redraw=redraw)
     actions = np.asarray(actions, dtype=np.int64)
     frames = np.empty((len(actions), height, width, 3), dtype=np.uint8)
     for t in range(len(actions)):
@@ -479,6 +600,20 @@ def render_episode(
         box = sum(big[i::s, j::s] for i in range(s) for j in range(s))  # (H, W, 3); faster than a mean
         frames[t] = (box / (s * s) + 0.5).astype(np.uint8)
     return frames
+
+
+def hidden_future(seed: int, actions: np.ndarray | list[int], after: int, redraw_seed: int) -> Redraw:
+    """The Redraw of everything episode `seed` hides up to frame `after` under `actions` (render_episode's).
+
+    `render_episode(seed, actions, ..., redraw=hidden_future(seed, actions, t, k))` has frames 0..t bit for bit
+    those of the episode, and after them one alternative future: the k-th, of the curves, roadside objects and
+    cars that no state up to frame t had within its draw distance. The car's states do not depend on the image
+    size or the scene, so one Redraw serves every size.
+    """
+    world = RoadWorld(seed, 8, 8)
+    for a in np.asarray(actions, dtype=np.int64)[1 : after + 1]:
+        world.step(int(a))
+    return Redraw(redraw_seed, world.states())
 
 
 def random_actions(rng: np.random.Generator, num_latent_frames: int) -> np.ndarray:

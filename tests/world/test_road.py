@@ -17,7 +17,7 @@ from inferix_core.world import (
     scene_words,
 )
 from inferix_core.world.compare import horizontal_shift, psnr, ssim
-from inferix_core.world.road import LEFT, NONE, PALETTES, RIGHT, RoadWorld
+from inferix_core.world.road import LEFT, NONE, PALETTES, RIGHT, Redraw, RoadWorld, Track, hidden_future
 
 SMALL = {"height": 48, "width": 48}
 
@@ -96,6 +96,31 @@ def test_hills_move_the_horizon_and_traffic_is_overtaken() -> None:
     passed = int(((start_gaps > 0) & (gaps < 0)).sum())
     assert np.ptp(horizons) > 3, "hills should move the horizon by a few rows"
     assert passed >= 3, f"overtook only {passed} cars in {FPS_MINUTE} frames"
+
+
+def test_track_redraw_keeps_the_curves_up_to_the_cut() -> None:
+    track, before = Track(3), Track(3).curvature
+    track.redraw_beyond(500.0, np.random.default_rng(1))
+    cut = int(500.0 / track.resolution)
+    np.testing.assert_array_equal(track.curvature[: cut + 1], before[: cut + 1])
+    assert not np.array_equal(track.curvature[cut + 1 : cut + 2000], before[cut + 1 : cut + 2000])
+
+
+def test_hidden_future_keeps_the_prefix_and_redraws_the_rest() -> None:
+    """An alternative future (training/fidelity_bound.py): the first 9 frames are bit for bit the episode's, the
+    rest differs; a Redraw that also re-draws what those frames show (view 5) changes them, so the check can fail."""
+    for seed in range(2):
+        acts = latent_to_pixel_actions(random_actions(np.random.default_rng(seed), 40))  # 10 s
+        truth = render_episode(seed, acts, **SMALL)
+        redraw = hidden_future(seed, acts, 8, 1)
+        assert len(redraw.states) == 9
+        alt = render_episode(seed, acts, **SMALL, redraw=redraw)
+        np.testing.assert_array_equal(alt[:9], truth[:9])
+        assert not np.array_equal(alt[9:], truth[9:])
+        other = render_episode(seed, acts, **SMALL, redraw=hidden_future(seed, acts, 8, 2))
+        assert not np.array_equal(other[9:], alt[9:])  # the redraw seed picks the future
+        near = Redraw(1, redraw.states, view=5.0)
+        assert not np.array_equal(render_episode(seed, acts[:9], **SMALL, redraw=near), truth[:9])
 
 
 def test_metrics() -> None:

@@ -49,7 +49,19 @@ def test_a_further_rollout_phase_continues_from_an_exported_bundle(tmp_path):
     main(["--out", str(out1), "--work", str(tmp_path / "w1"), "--smoke", "--until", "tf"])
     main(["--out", str(out2), "--work", str(tmp_path / "w2"), "--smoke", "--resume-from", str(out1)])
     before = json.loads((out2 / "config.json").read_text())["training"]
-    main(["--out", str(out3), "--work", str(tmp_path / "w3"), "--smoke", "--continue-from", str(out2)])
+    main(
+        [
+            "--out",
+            str(out3),
+            "--work",
+            str(tmp_path / "w3"),
+            "--smoke",
+            "--continue-from",
+            str(out2),
+            "--rollout-blocks",
+            "2",
+        ]
+    )
 
     carried = load_carry(tmp_path / "w3" / "bundle_carry", "world")
     shipped = load_file(str(out2 / "transformer.safetensors"))
@@ -60,11 +72,19 @@ def test_a_further_rollout_phase_continues_from_an_exported_bundle(tmp_path):
     after = json.loads((out3 / "config.json").read_text())["training"]
     assert after["rollout"]["steps"] > before["rollout"]["steps"]  # continued, not restarted at the tf step
     assert after["earlier_calls"][-1] == {"command": before["command"], "rollout": before["rollout"]}
+    # --rollout-blocks 2: the rollouts cover the first 2 blocks (6 latent frames) of the 9-frame smoke episodes
+    assert before["rollout"]["rollout_frames"] == 9 and after["rollout"]["rollout_frames"] == 6
+    assert after["rollout_blocks"] == 2 and after["rollout"]["rollouts"] > 0
     assert "rollout done" in (out3 / "train_log.txt").read_text().split("rollout done", 1)[1]  # call 2's and 3's
     moved = load_file(str(out3 / "transformer.safetensors"))
     assert any(not torch.equal(moved[k], shipped[k]) for k in shipped)
     b = load_bundled(out3)
     assert b.encode_prompt("night").shape[-1] == shipped["bundled_vocabulary"].shape[1]
+
+
+def test_rollouts_shorter_than_a_clip_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match="cannot hold a 6-frame clip"):  # before any rendering or training
+        main(["--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--smoke", "--rollout-blocks", "1"])
 
 
 def test_continue_from_refuses_a_folder_that_is_not_an_exported_bundle(tmp_path):
