@@ -32,6 +32,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from inferix_core.vae import WanVAE, WanVAEConfig
 
+sys.path.insert(0, str(Path(__file__).parent))
+from kernel_efficiency import _time
+
 GROUPS = (
     ("attention", re.compile(r"fmha|flash|attention|softmax", re.I)),
     ("conv", re.compile(r"conv|xmma|implicit|fprop|cudnn|cutlass|sm90|gemm|nvjet", re.I)),
@@ -119,22 +122,6 @@ def stacked_time_taps_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     w2 = weight.permute(0, 2, 1, 3, 4).reshape(cout, kt * cin, kh, kw).contiguous(memory_format=torch.channels_last)
     y = F.conv2d(stacked, w2, bias, padding=padding[1:])
     return y.reshape(B, t_out, cout, *y.shape[2:]).permute(0, 2, 1, 3, 4)
-
-
-def _time(fn, repeats: int = 10, inner: int = 5) -> float:
-    """Median seconds per call over `repeats` CUDA-event samples of `inner` back-to-back calls, after warm-up."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / inner)
-    return sorted(times)[len(times) // 2]
 
 
 def measure_shape(shape: ConvShape, dtype: torch.dtype, max_gemm_rows: int = 1 << 20) -> dict:

@@ -20,7 +20,7 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.world import SCENES, latent_to_pixel_actions, random_actions, render_episode
 from inferix_core.world.compare import horizontal_shift, road_centre_shift
-from inferix_core.world.road import LEFT, NONE, PALETTES, RIGHT, RoadWorld
+from inferix_core.world.road import LEFT, NONE, PALETTES, RIGHT
 from training.data import episode_actions, episode_seed
 from training.evaluate import (
     BAR,
@@ -35,6 +35,7 @@ from training.evaluate import (
     steering,
     world_of,
 )
+from training.steering_check import geometric_road_shift
 
 
 def _luma(frames: np.ndarray) -> np.ndarray:
@@ -134,21 +135,6 @@ def test_steering_cases_have_a_clear_true_direction(tiny_bundle: BundledWorldMod
         assert np.sign(c["true_shift"]) == (1 if c["steer"] == "left" else -1)  # the renderer's own direction
 
 
-def _geometric_road_shift(seed: int, steer: np.ndarray, none: np.ndarray, rows: slice, size: int) -> float:
-    """The renderer's own answer: how far its projection moves the road centre over `rows` (px at `size`)."""
-
-    def centre(actions: np.ndarray) -> np.ndarray:
-        world = RoadWorld(seed, 2 * size, 2 * size)
-        for a in actions[1:]:
-            world.step(int(a))
-        z_s, _, clip_s, offset_s, _ = world._project()
-        ys = (np.arange(rows.start, rows.stop) + 0.5) * 2  # the supersampled rows
-        z = np.interp(ys, clip_s[::-1], z_s[::-1])
-        return (size + (np.interp(z, z_s, offset_s) - world.state.lateral) * world.spec.focal * 2 * size / z) / 2
-
-    return float(np.mean(centre(steer) - centre(none)))
-
-
 # Held-out steering starts (evaluate.STEER_BASE + i) where the channel-mean `horizontal_shift` misreads the
 # renderer's own frames: -1, 0 or +1 px against a road centre moved 6.6-9.4 px (15 of the first 80 cases read so).
 CHANNEL_MEAN_MISREADS = ((212, "right"), (214, "right"), (223, "left"), (223, "right"), (229, "right"), (235, "left"))
@@ -169,7 +155,7 @@ def test_the_steering_estimator_reads_the_renderers_own_road_shift() -> None:
             for k, a in ((steer, LEFT if steer == "left" else RIGHT), ("none", NONE))
         }
         frames = {k: render_episode(seed, v, size, size, scene=scene)[-1] for k, v in acts.items()}
-        geometric = _geometric_road_shift(seed, acts[steer], acts["none"], rows, size)
+        geometric = geometric_road_shift(seed, acts[steer], acts["none"], rows, size, scene)
         assert abs(geometric) > 6 and np.sign(geometric) == (1 if steer == "left" else -1)
         palette = np.asarray(PALETTES[scene], dtype=np.float64)
         got = road_centre_shift(frames[steer], frames["none"], rows, palette[[5, 6]], palette[[3, 4]])
