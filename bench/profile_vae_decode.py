@@ -110,18 +110,24 @@ class ConvRecorder(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def stacked_time_taps_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding) -> torch.Tensor:
-    """conv3d(x, weight) for a (kt, kh, kw) kernel with stride 1 and no time padding, as one conv2d: each output
-    frame's kt input frames stacked into channels (kt·C_in), the kernel's time taps folded the same way."""
+def stack_time_taps(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (B, C, T, H, W) with each output frame's kt input frames stacked into channels (B·t_out, kt·C, H, W),
+    and the (kt, kh, kw) kernel's time taps folded the same way (C_out, kt·C_in, kh, kw); both NHWC."""
     B, C, T, H, W = x.shape
     cout, cin, kt, kh, kw = weight.shape
-    t_out = T - kt + 1
     frames = x.unfold(2, kt, 1)  # (B, C, t_out, H, W, kt)
-    stacked = frames.permute(0, 2, 5, 1, 3, 4).reshape(B * t_out, kt * C, H, W)
-    stacked = stacked.contiguous(memory_format=torch.channels_last)
-    w2 = weight.permute(0, 2, 1, 3, 4).reshape(cout, kt * cin, kh, kw).contiguous(memory_format=torch.channels_last)
+    stacked = frames.permute(0, 2, 5, 1, 3, 4).reshape(B * (T - kt + 1), kt * C, H, W)
+    w2 = weight.permute(0, 2, 1, 3, 4).reshape(cout, kt * cin, kh, kw)
+    return stacked.contiguous(memory_format=torch.channels_last), w2.contiguous(memory_format=torch.channels_last)
+
+
+def stacked_time_taps_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, padding) -> torch.Tensor:
+    """conv3d(x, weight) for a (kt, kh, kw) kernel with stride 1 and no time padding, as one conv2d over
+    `stack_time_taps`."""
+    B, t_out = x.shape[0], x.shape[2] - weight.shape[2] + 1
+    stacked, w2 = stack_time_taps(x, weight)
     y = F.conv2d(stacked, w2, bias, padding=padding[1:])
-    return y.reshape(B, t_out, cout, *y.shape[2:]).permute(0, 2, 1, 3, 4)
+    return y.reshape(B, t_out, weight.shape[0], *y.shape[2:]).permute(0, 2, 1, 3, 4)
 
 
 def measure_shape(shape: ConvShape, dtype: torch.dtype, max_gemm_rows: int = 1 << 20) -> dict:
@@ -147,11 +153,7 @@ def measure_shape(shape: ConvShape, dtype: torch.dtype, max_gemm_rows: int = 1 <
             alt = stacked_time_taps_conv(x, w, None, shape.padding)
             out["stacked_max_rel_err"] = float((alt.float() - ref.float()).abs().max() / ref.float().abs().max())
             out["stacked_s"] = _time(lambda: stacked_time_taps_conv(x, w, None, shape.padding))
-            xs = x.unfold(2, shape.weight[2], 1).permute(0, 2, 5, 1, 3, 4)
-            xs = xs.reshape(-1, shape.weight[2] * shape.input[1], *shape.input[3:])
-            xs = xs.contiguous(memory_format=torch.channels_last)
-            w2 = w.permute(0, 2, 1, 3, 4).reshape(shape.weight[0], -1, *shape.weight[3:])
-            w2 = w2.contiguous(memory_format=torch.channels_last)
+            xs, w2 = stack_time_taps(x, w)
             out["stacked_conv_only_s"] = _time(lambda: F.conv2d(xs, w2, None, padding=shape.padding[1:]))
     return out
 
