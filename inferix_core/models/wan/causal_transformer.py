@@ -137,6 +137,37 @@ class CrossAttention(_Attention):
         return self.o(out.flatten(2))
 
 
+class FeedForward(nn.Sequential):
+    """Linear → tanh GELU → Linear, with Wan's keys (`ffn.0`, `ffn.2`).
+
+    On CUDA, in inference with bf16/fp16 weights, the first linear's bias and the GELU run in cuBLASLt's
+    GEMM epilogue (`torch._addmm_activation(..., use_gelu=True)`, the tanh GELU, on the fp32 accumulator
+    before its one rounding): that removes a read and a write of the (L, ffn_dim) activation, the largest
+    tensor of the block, per call. Inductor keeps the op as its own kernel, so it holds in compiled blocks
+    too. Elsewhere (the CPU's `_addmm_activation` applies the exact GELU, not Wan's tanh one; training; fp32;
+    FP8 linears) the three modules run as written. `gelu_epilogue = False` turns it off.
+    """
+
+    def __init__(self, dim: int, ffn_dim: int):
+        super().__init__(nn.Linear(dim, ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(ffn_dim, dim))
+        self.gelu_epilogue = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up = self[0]
+        if (
+            self.gelu_epilogue
+            and x.is_cuda
+            and type(up) is nn.Linear
+            and up.bias is not None
+            and x.dtype in (torch.bfloat16, torch.float16)
+            and up.weight.dtype == x.dtype == up.bias.dtype
+            and not torch.is_grad_enabled()
+        ):
+            h = torch._addmm_activation(up.bias, x.reshape(-1, x.shape[-1]), up.weight.t(), use_gelu=True)
+            return self[2](h.view(*x.shape[:-1], h.shape[-1]))
+        return super().forward(x)
+
+
 class AttentionBlock(nn.Module):
     def __init__(self, config: WanConfig, index: int = 0):
         super().__init__()
@@ -149,9 +180,7 @@ class AttentionBlock(nn.Module):
         self.norm3 = LayerNorm(d, config.eps, elementwise_affine=True) if config.cross_attn_norm else nn.Identity()
         self.cross_attn = CrossAttention(config)
         self.norm2 = LayerNorm(d, config.eps, elementwise_affine=False)
-        self.ffn = nn.Sequential(
-            nn.Linear(d, config.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(config.ffn_dim, d)
-        )
+        self.ffn = FeedForward(d, config.ffn_dim)
         self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)
 
     def forward(self, x, e0, freqs, ctx_k, ctx_v, num_frames, kv=None, mask=None, action: ActionInputs | None = None,
