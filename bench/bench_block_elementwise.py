@@ -10,7 +10,8 @@ block compiles it, and a few formulations of the same math, so a lever is measur
 * the adaLN LayerNorm + modulation, and the gated residual (`addcmul`);
 * the FFN with the bias + tanh GELU in cuBLASLt's GEMM epilogue (`FeedForward`, as built) against the GELU
   as its own pass, and the whole block (no cache) both ways;
-* each under Inductor's defaults and with `coordinate_descent_tuning` (its block-size search).
+* each under Inductor's defaults, with `coordinate_descent_tuning` (its block-size search) and with
+  `triton.multi_kernel` (persistent reductions over the 1,536 features, benchmarked against the looped ones).
 
 Each row: median µs of back-to-back calls (CUDA events after warm-up), the least bytes the step must read and
 write, GB/s and the share of the device copy rate measured here. Every variant's output is checked against
@@ -35,6 +36,15 @@ from bench.kernel_efficiency import _time
 from inferix_core.benchmark import PRESETS
 from inferix_core.models.wan.causal_transformer import AttentionBlock, SelfAttention
 from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope
+
+# Inductor options per pass: its defaults; its block-size search; multi-kernel, which also builds the
+# reductions over d = 1,536 as persistent kernels (one read of each row; the default keeps them looped above
+# 1,024) and keeps whichever of the two runs faster on the first call
+PASSES = {
+    "default": {},
+    "coordinate_descent": {"coordinate_descent_tuning": True},
+    "multi_kernel": {"triton.multi_kernel": 1},
+}
 
 
 def rope_flip(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -147,6 +157,8 @@ def max_diff(a, b) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--frames", type=int, default=3, help="latent frames per chunk (the block size)")
+    p.add_argument("--passes", default="default,coordinate_descent", help=f"comma list of {', '.join(PASSES)}")
+    p.add_argument("--only", default="", help="run only the rows whose name contains this")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -162,10 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     table = steps(block, tokens, args.frames, cfg.num_heads, cfg.head_dim)
     outputs: dict[str, object] = {}
-    for tuning in (False, True):
+    for pass_name in args.passes.split(","):
+        options = PASSES[pass_name]
         for name, (fn, fargs, nbytes, ref) in table.items():
+            if args.only not in name:
+                continue
             torch._dynamo.reset()
-            options = {"coordinate_descent_tuning": tuning}
             if getattr(fn, "compiles_inside", False):
                 block.compile(dynamic=False, options=options)
                 compiled: Callable = fn
@@ -174,11 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             with torch.no_grad():
                 out = compiled(*fargs)
                 seconds = _time(lambda c=compiled, a=fargs: c(*a))
-            key = f"{name}{' [coordinate descent]' if tuning else ''}"
-            diff = max_diff(out, outputs[ref]) if ref is not None and ref in outputs else None
-            outputs.setdefault(name, out)
-            if tuning:
+            key = name if pass_name == "default" else f"{name} [{pass_name}]"
+            if name in outputs:  # a later pass: against the first pass's output of the same step
                 diff = max_diff(out, outputs[name])
+            else:
+                diff = max_diff(out, outputs[ref]) if ref is not None and ref in outputs else None
+                outputs[name] = out
             row = dict(step=key, us=round(seconds * 1e6, 2), max_abs_diff=diff)
             if nbytes is not None:
                 row.update(least_mb=round(nbytes / 1e6, 1), gb_s=round(nbytes / seconds / 1e9))
