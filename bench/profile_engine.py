@@ -46,8 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda-graphs", action="store_true", help="whole transformer calls as CUDA graphs")
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--efficiency", action="store_true", help="each group against its measured peak on this GPU")
+    p.add_argument(
+        "--rope-formula",
+        choices=("stack", "flip"),
+        default=None,
+        help="the compiled RoPE formula (models/wan/layers.py COMPILED_ROPE_FORMULA); default: as built",
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    if args.rope_formula is not None:
+        from inferix_core.models.wan import layers
+
+        layers.COMPILED_ROPE_FORMULA = args.rope_formula
     preset = PRESETS["wan-1.3b"]
     pipe, context = build_engine(
         BenchConfig(compile=args.compile, attention=args.attention, cuda_graphs=args.cuda_graphs)

@@ -130,6 +130,12 @@ class RotaryEmbedding3D:
         return freqs
 
 
+# The real-arithmetic RoPE formula of compiled blocks: "stack" (the two rotated halves stacked) or "flip"
+# (the same products, the pair swapped by a flip); both give Inductor one fused norm + RoPE kernel, measured
+# against each other by bench/profile_engine.py --rope-formula
+COMPILED_ROPE_FORMULA = "stack"
+
+
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Rotate (B, L, H, D) by (L, 1, D/2, 2) (cos, sin) pairs in float32; returned in `dtype` (x's by default).
 
@@ -143,6 +149,10 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype | None =
     xr = x.float().view(b, seq, heads, dim // 2, 2)
     if not torch.compiler.is_compiling():
         out = torch.view_as_real(torch.view_as_complex(xr) * torch.view_as_complex(freqs))
+        return out.flatten(3).to(dtype)
+    if COMPILED_ROPE_FORMULA == "flip":  # the pair swap as a flip: (x1, x2)·cos + (x2, x1)·(−sin, sin)
+        sin = freqs[..., 1:2]
+        out = xr * freqs[..., 0:1] + xr.flip(-1) * torch.cat((-sin, sin), dim=-1)
         return out.flatten(3).to(dtype)
     x1, x2 = xr[..., 0], xr[..., 1]
     cos, sin = freqs[..., 0], freqs[..., 1]
