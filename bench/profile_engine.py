@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -52,8 +53,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the compiled RoPE formula (models/wan/layers.py COMPILED_ROPE_FORMULA); default: as built",
     )
+    p.add_argument(
+        "--coordinate-descent",
+        action="store_true",
+        help="compile the blocks with Inductor's coordinate_descent_tuning (BLOCK_INDUCTOR_OPTIONS)",
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    if args.coordinate_descent:
+        from inferix_core.models.wan import causal_transformer
+
+        causal_transformer.BLOCK_INDUCTOR_OPTIONS["coordinate_descent_tuning"] = True
     if args.rope_formula is not None:
         from inferix_core.models.wan import layers
 
@@ -67,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         7, preset["latent_height"], preset["latent_width"], context, seed=0, final_context_pass=False
     )
     calls = record_calls(pipe) if args.efficiency else None
+    t0 = time.perf_counter()
     pipe.generate(request)  # warm-up (and compile)
     torch.cuda.synchronize()
+    print(f"warm-up run (compiles included) {time.perf_counter() - t0:.1f} s")
     if calls is not None:
         calls_of_run = list(calls)
         calls.clear()

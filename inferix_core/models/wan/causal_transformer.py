@@ -443,6 +443,10 @@ class CausalWanTransformer(nn.Module):
         return out.reshape(b, cfg.out_dim, grid[0] * pt, grid[1] * ph, grid[2] * pw)
 
 
+# Inductor options of `compile_blocks` when no mode is given (torch.compile takes one or the other)
+BLOCK_INDUCTOR_OPTIONS: dict[str, object] = {}
+
+
 def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> CausalWanTransformer:
     """Regional compilation: compile each transformer block in place with `torch.compile`.
 
@@ -453,8 +457,9 @@ def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> Caus
     step (`SelfAttention.attend_cached`) stays eager. Numerics: the same formulas in the same
     precisions; fused reductions may round differently (bf16-level on GPU, ~1e-6 in fp32).
     """
+    options = dict(BLOCK_INDUCTOR_OPTIONS) if mode is None and BLOCK_INDUCTOR_OPTIONS else None
     for block in model.blocks:
-        block.compile(mode=mode, dynamic=False)
+        block.compile(mode=mode, dynamic=False, options=options)
     model.compile_mode = mode or "default"  # read by the CUDA-graph runner (its own graphs clash with cudagraph modes)
     return model
 
