@@ -5,8 +5,8 @@ the copy roof for the bytes they must move. This times each of those steps at th
 3-frame chunk of Wan 1.3B at 480×832: 4,680 tokens, d = 1,536, 12 heads, ffn 8,960, bf16), compiled as the
 block compiles it, and a few formulations of the same math, so a lever is measured before it is built:
 
-* q/k RMS norm + RoPE: as the block does it (`SelfAttention.qk_norm` + `apply_rope`), q and k stacked into one
-  norm, and RoPE written with the pair swap as a flip instead of a stack;
+* q/k RMS norm + RoPE: as the block does it (`SelfAttention.qk_norm` + `apply_rope`, the flip formula), with
+  the stack formula, and with q and k stacked into one norm;
 * the adaLN LayerNorm + modulation, and the gated residual (`addcmul`);
 * the FFN with the bias + tanh GELU in cuBLASLt's GEMM epilogue (`FeedForward`, as built) against the GELU
   as its own pass, and the whole block (no cache) both ways;
@@ -35,7 +35,7 @@ from torch import nn
 from bench.kernel_efficiency import _time
 from inferix_core.benchmark import PRESETS
 from inferix_core.models.wan.causal_transformer import AttentionBlock, SelfAttention
-from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope
+from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope, rotate_pairs_stack
 
 # Inductor options per pass: its defaults; its block-size search; multi-kernel, which also builds the
 # reductions over d = 1,536 as persistent kernels (one read of each row; the default keeps them looped above
@@ -47,13 +47,10 @@ PASSES = {
 }
 
 
-def rope_flip(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """apply_rope's compiled formula with the pair swap as a flip: x·cos + swap(x)·(−sin, sin)."""
+def rope_stack(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """apply_rope's compiled branch with the stack formula, so both formulas compile in one process."""
     b, seq, heads, dim = x.shape
-    xr = x.float().view(b, seq, heads, dim // 2, 2)
-    cos = freqs[..., 0:1]
-    sin = torch.cat((-freqs[..., 1:2], freqs[..., 1:2]), dim=-1)
-    return (xr * cos + xr.flip(-1) * sin).flatten(3).to(dtype)
+    return rotate_pairs_stack(x.float().view(b, seq, heads, dim // 2, 2), freqs).flatten(3).to(dtype)
 
 
 def time_in_graph(fn: Callable[[], object], inner: int = 20, repeats: int = 5) -> float:
@@ -113,9 +110,9 @@ def steps(block: AttentionBlock, tokens: int, frames: int, heads: int, head_dim:
 
         return one(attn.norm_q, q), one(attn.norm_k, k)
 
-    def qk_flip(q, k, f):
+    def qk_stack(q, k, f):
         def one(norm, t):
-            return rope_flip(SelfAttention.qk_norm(norm, t).view(1, tokens, heads, head_dim), f, bf)
+            return rope_stack(SelfAttention.qk_norm(norm, t).view(1, tokens, heads, head_dim), f, bf)
 
         return one(attn.norm_q, q), one(attn.norm_k, k)
 
@@ -160,7 +157,7 @@ def steps(block: AttentionBlock, tokens: int, frames: int, heads: int, head_dim:
 
     return {
         "qk norm + RoPE (as built)": (qk_as_built, (qr, kr, freqs), 4 * tokens * d * el, None),
-        "qk norm + RoPE, flip": (qk_flip, (qr, kr, freqs), 4 * tokens * d * el, "qk norm + RoPE (as built)"),
+        "qk norm + RoPE, stack formula": (qk_stack, (qr, kr, freqs), 4 * tokens * d * el, "qk norm + RoPE (as built)"),
         "qk norm + RoPE, q and k stacked": (
             qk_stacked,
             (qr, kr, freqs),

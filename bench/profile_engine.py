@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--efficiency", action="store_true", help="each group against its measured peak on this GPU")
     p.add_argument(
         "--rope-formula",
-        choices=("stack", "flip"),
+        choices=("flip", "stack"),
         default=None,
         help="the compiled RoPE formula (models/wan/layers.py COMPILED_ROPE_FORMULA); default: as built",
     )

@@ -6,9 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bench.bench_block_elementwise import rope_flip
 from inferix_core.models.wan.causal_transformer import FeedForward
-from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope
 
 
 def reference_ffn(ffn: FeedForward, x: torch.Tensor) -> torch.Tensor:
@@ -29,15 +27,6 @@ def test_cpu_runs_the_modules_as_written():
 
 def test_keys_are_wans():
     assert set(FeedForward(8, 16).state_dict()) == {"0.weight", "0.bias", "2.weight", "2.bias"}
-
-
-def test_rope_flip_equals_apply_rope():
-    """The benchmark's flip formulation of RoPE is the same rotation as the block's."""
-    torch.manual_seed(1)
-    heads, head_dim, frames, h, w = 3, 24, 2, 3, 5
-    freqs = RotaryEmbedding3D(head_dim).freqs(torch.arange(4, 4 + frames), h, w, torch.device("cpu"))
-    x = torch.randn(2, frames * h * w, heads, head_dim)
-    torch.testing.assert_close(rope_flip(x, freqs, torch.float32), apply_rope(x, freqs), rtol=0, atol=1e-6)
 
 
 @pytest.mark.cuda

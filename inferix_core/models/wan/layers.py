@@ -130,10 +130,23 @@ class RotaryEmbedding3D:
         return freqs
 
 
-# The real-arithmetic RoPE formula of compiled blocks: "stack" (the two rotated halves stacked) or "flip"
-# (the same products, the pair swapped by a flip); both give Inductor one fused norm + RoPE kernel, measured
-# against each other by bench/profile_engine.py --rope-formula
-COMPILED_ROPE_FORMULA = "stack"
+def rotate_pairs_flip(xr: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """(…, c, 2) pairs rotated by (…, c, 2) (cos, sin): (x1, x2)·cos + (x2, x1)·(−sin, sin), the swap a flip."""
+    sin = freqs[..., 1:2]
+    return xr * freqs[..., 0:1] + xr.flip(-1) * torch.cat((-sin, sin), dim=-1)
+
+
+def rotate_pairs_stack(xr: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """The same rotation with the two rotated halves stacked: (x1·cos − x2·sin, x1·sin + x2·cos)."""
+    x1, x2, cos, sin = xr[..., 0], xr[..., 1], freqs[..., 0], freqs[..., 1]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+# The real-arithmetic RoPE formula of compiled blocks: the same products, each one fused norm + RoPE kernel for
+# Inductor. On the H200 the flip kernel takes 43 µs per 1.3B block call against the stack's 62
+# (bench/profile_engine.py --rope-formula, docs/performance.md "Wave 2, fifth pass")
+COMPILED_ROPE_FORMULAS = {"flip": rotate_pairs_flip, "stack": rotate_pairs_stack}
+COMPILED_ROPE_FORMULA = "flip"
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -141,8 +154,8 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype | None =
 
     Eager: one complex64 multiply, plus a cast of x up when it is not float32 already (RMSNorm can hand
     over float32 with no cast pass: `RMSNorm(x, out_dtype=torch.float32)`) and one cast down to `dtype`
-    when that is not float32. Under `torch.compile`: the same products written out in real arithmetic,
-    which Inductor fuses with the surrounding norm (it does not fuse complex ops).
+    when that is not float32. Under `torch.compile`: the same products written out in real arithmetic
+    (`COMPILED_ROPE_FORMULA`), which Inductor fuses with the surrounding norm (it does not fuse complex ops).
     """
     b, seq, heads, dim = x.shape
     dtype = x.dtype if dtype is None else dtype
@@ -150,11 +163,4 @@ def apply_rope(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype | None =
     if not torch.compiler.is_compiling():
         out = torch.view_as_real(torch.view_as_complex(xr) * torch.view_as_complex(freqs))
         return out.flatten(3).to(dtype)
-    if COMPILED_ROPE_FORMULA == "flip":  # the pair swap as a flip: (x1, x2)·cos + (x2, x1)·(−sin, sin)
-        sin = freqs[..., 1:2]
-        out = xr * freqs[..., 0:1] + xr.flip(-1) * torch.cat((-sin, sin), dim=-1)
-        return out.flatten(3).to(dtype)
-    x1, x2 = xr[..., 0], xr[..., 1]
-    cos, sin = freqs[..., 0], freqs[..., 1]
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return out.flatten(3).to(dtype)
+    return COMPILED_ROPE_FORMULAS[COMPILED_ROPE_FORMULA](xr, freqs).flatten(3).to(dtype)
