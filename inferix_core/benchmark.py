@@ -91,7 +91,7 @@ class BenchConfig:
     repeats: int = 3
     window_frames: int = -1
     sink_frames: int = 0
-    attention: str = "sdpa"
+    attention: str = "auto"  # as the loader: flash_attn_4 where the fa4 extra imports, else sdpa
     vae_decode: bool = False  # stream-decode every block with the real Wan VAE architecture (random weights)
     overlap_decode: bool = False  # decode block n on a side stream while block n+1 denoises
     fp8: bool = False  # transformer-block linears in e4m3 (inferix_core.models.fp8), the rest in `dtype`
@@ -214,7 +214,7 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
     torch.manual_seed(0)
     with device:
         model = CausalWanTransformer(preset["config"]).to(dtype).eval().requires_grad_(False)
-    if cfg.attention != "sdpa":
+    if cfg.attention != "sdpa":  # "auto" resolves here as the loader resolves it
         from .models.registry import set_attention_backend
 
         set_attention_backend(model, cfg.attention)

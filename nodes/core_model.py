@@ -158,7 +158,7 @@ def world_model_from_core(
     core_vae: Any,  # a core VAE, or the path of a VAE file
     text_encoder_path: str | None = None,
     dtype: str = "auto",
-    attention: str = "sdpa",
+    attention: str = "auto",
     fp8: bool = False,
     compile: bool = False,
 ) -> Any:
@@ -249,7 +249,12 @@ class InferixWorldModelFromCoreModel(io.ComfyNode):
                     default="auto",
                     tooltip="Compute precision of the copy: 'auto' = bf16 on GPUs, else fp32.",
                 ),
-                io.Combo.Input("attention", options=attention_backends(), default="sdpa", tooltip="Attention kernel."),
+                io.Combo.Input(
+                    "attention",
+                    options=attention_backends(),
+                    default="auto",
+                    tooltip="Attention kernel; 'auto' = FlashAttention-4 where installed, else sdpa.",
+                ),
                 io.Vae.Input(
                     "vae",
                     optional=True,

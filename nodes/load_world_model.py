@@ -95,9 +95,10 @@ class InferixLoadWorldModel(io.ComfyNode):
                 io.Combo.Input(
                     "attention",
                     options=attention_backends(),
-                    default="sdpa",
-                    tooltip="Attention kernel. 'sdpa' (PyTorch) works everywhere; others fall back "
-                    "to sdpa, with a log line, when not installed.",
+                    default="auto",
+                    tooltip="Attention kernel. 'auto' = FlashAttention-4 where the fa4 extra is installed "
+                    "on a Hopper/Blackwell GPU (per shape, where measured faster), else 'sdpa' (PyTorch, works "
+                    "everywhere); the others fall back to sdpa, with a log line, when not installed.",
                 ),
                 io.Combo.Input(
                     "device",

@@ -174,8 +174,9 @@ class AttentionBackend:
     description: str
 
 
+AUTO = "auto"  # the default: resolved by get_attention_backend to flash_attn_4 or sdpa
 _BACKENDS = {
-    "sdpa": AttentionBackend("sdpa", _sdpa, lambda: True, "torch scaled_dot_product_attention (default, exact on CPU)"),
+    "sdpa": AttentionBackend("sdpa", _sdpa, lambda: True, "torch scaled_dot_product_attention (exact on CPU)"),
     "sdpa_cudnn": AttentionBackend(
         "sdpa_cudnn", _sdpa_cudnn, lambda: True, "torch SDPA with cuDNN attention explicitly first"
     ),
@@ -201,11 +202,26 @@ _BACKENDS = {
 
 
 def attention_backends() -> list[str]:
-    return list(_BACKENDS)
+    """The names a loader takes, "auto" (the default) first."""
+    return [AUTO, *_BACKENDS]
 
 
-def get_attention_backend(name: str = "sdpa", strict: bool = False) -> AttentionBackend:
-    """Return the backend called `name`; unknown names raise, unavailable ones fall back to SDPA (logged)."""
+def resolve_auto() -> AttentionBackend:
+    """What "auto" runs: FlashAttention-4 (its measured per-shape table, SDPA below the crossover) where the
+    `fa4` extra imports on a GPU it has kernels for, else SDPA. The choice is logged once."""
+    backend = _BACKENDS["flash_attn_4"] if _fa4_available() else _BACKENDS["sdpa"]
+    if f"auto:{backend.name}" not in _NOTED:
+        _NOTED.add(f"auto:{backend.name}")
+        why = "flash-attn-4 imports on this GPU" if backend.name != "sdpa" else "flash-attn-4 is not installed here"
+        log.info("attention 'auto': %s (%s)", backend.name, why)
+    return backend
+
+
+def get_attention_backend(name: str = AUTO, strict: bool = False) -> AttentionBackend:
+    """Return the backend called `name` ("auto": `resolve_auto`); unknown names raise, unavailable ones fall back
+    to SDPA (logged)."""
+    if name == AUTO:
+        return resolve_auto()
     if name not in _BACKENDS:
         raise BackendUnavailableError(f"unknown attention backend '{name}'; expected one of {attention_backends()}")
     backend = _BACKENDS[name]

@@ -415,7 +415,7 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         text_encoder_path=file("text_encoder", "text_encoders"),
         dtype=args.dtype if args.dtype != "auto" else loader.get("dtype", "auto"),
         device=args.device if args.device != "auto" else loader.get("device", "auto"),
-        attention=loader.get("attention", "sdpa"),
+        attention=loader.get("attention", "auto"),
         fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
         cuda_graphs=args.cuda_graphs or bool(loader.get("cuda_graphs", False)),
         **memory_settings_from_args(args).load_kwargs(),

@@ -312,7 +312,7 @@ def load_world_model(
     text_encoder_path: str | None = None,
     dtype: str | torch.dtype = "auto",
     device: str = "auto",
-    attention: str = "sdpa",
+    attention: str = "auto",
     num_heads: int | None = None,
     fp8: bool = False,
     compile: bool = False,

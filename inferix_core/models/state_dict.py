@@ -78,7 +78,7 @@ def world_model_from_state_dict(
     text_encoder_path: str | None = None,
     dtype: str | torch.dtype = "auto",
     device: str | torch.device = "auto",
-    attention: str = "sdpa",
+    attention: str = "auto",
     fp8: bool = False,
     compile: bool = False,
 ) -> WorldModel:

@@ -102,3 +102,33 @@ def test_fa4_matches_sdpa_on_the_gpu():
         assert fa4_err < max(4 * sdpa_err, 2e-3), (keys, fa4_err, sdpa_err)  # issue #19: 2e-4…1e-3 vs SDPA
         chosen = get_attention_backend("flash_attn_4").attend(q, k, v)
         torch.testing.assert_close(chosen.float(), ref, atol=max(4 * sdpa_err, 2e-3), rtol=0)
+
+
+def test_auto_is_sdpa_without_the_kernel_and_says_so_once(fa4_state, monkeypatch, caplog):
+    monkeypatch.setattr(reg, "_fa4_importable", lambda: False)
+    with caplog.at_level(logging.INFO, logger="inferix_core.attention.registry"):
+        first, second = get_attention_backend("auto"), get_attention_backend()
+    assert first.name == second.name == "sdpa"
+    assert [r.getMessage() for r in caplog.records if "'auto'" in r.getMessage()] == [
+        "attention 'auto': sdpa (flash-attn-4 is not installed here)"
+    ]
+
+
+def test_auto_is_flash_attn_4_where_it_imports_on_a_gpu_it_has_kernels_for(fa4_state):
+    fa4_state.update(available=True, cc=H200)
+    assert get_attention_backend("auto").name == "flash_attn_4"
+    assert reg.attention_backends()[0] == "auto"
+
+
+def test_loaders_default_to_auto():
+    """The loader, the state-dict loader, the benchmark and the nodes all default to "auto", so the benchmark
+    measures what users get."""
+    import inspect
+
+    from inferix_core.benchmark import BenchConfig
+    from inferix_core.models.registry import load_world_model
+    from inferix_core.models.state_dict import world_model_from_state_dict
+
+    assert inspect.signature(load_world_model).parameters["attention"].default == "auto"
+    assert inspect.signature(world_model_from_state_dict).parameters["attention"].default == "auto"
+    assert BenchConfig().attention == "auto"
