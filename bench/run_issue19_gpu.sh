@@ -5,6 +5,8 @@
 # whole blocks and the previous state released alone. Every part has its own time limit and writes its JSON as it goes, so a
 # part cut short still returns what it measured. Writes under ${OUT:-out}/.
 #   REF=/path/to/Self-Forcing  adds the reference's rows (bench/compare_reference.py --reference-dir)
+#         (the tracked tree is ~62 of the device's 64 MiB: carry only its code, e.g. `git --git-dir=MIRROR archive HEAD
+#         configs model pipeline utils wan demo_utils '*.py' | tar -x -C .ref/sfm`, 0.8 MB; prompts/, images/ stay)
 #   PARTS=tests,diffusion,e2e  (the default: all three) runs only the parts named, for a call split in two;
 #         `profile` adds bench/profile_engine.py --efficiency (each kernel group against its measured peak)
 #   DIFF_VARIANTS / E2E_VARIANTS  override the variant lists (FA4 variants are added to the diffusion list
