@@ -402,14 +402,37 @@ def _faster(share: float) -> Callable:
     return edit
 
 
-def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print) -> dict:
+# Car offsets searched by `track_offsets`: one stripe period (2 · stripe_len = 8 track units) centred on 0, so an
+# offset is only defined modulo 8 units; v2's car drives ~14 units/s, a 10 % speed error is 2.8 units after 2 s
+TRACK_OFFSETS = np.arange(-4.0, 4.0 + 1e-9, 0.125)
+
+
+def track_offsets(world, ep: Episode, frames: np.ndarray, sl: slice, offsets: np.ndarray = TRACK_OFFSETS) -> np.ndarray:
+    """Per frame of `frames` (the scored slice `sl`), the offset d of the car along the track, from the last prefix
+    frame on, whose truth render (`_ahead(d)`) is closest to it in mean squared error.
+
+    Read on a model's frames, it is how far ahead (> 0) or behind the model's car has driven at each frame:
+    whether the stripes' phase error is an early offset, a steady speed error (a ramp) or a random walk.
+    """
+    frames = frames.astype(np.float64)
+    err = np.stack(
+        [
+            ((world.render_without(ep, frozenset(), edit=_ahead(float(d)))[sl] - frames) ** 2).mean(axis=(1, 2, 3))
+            for d in offsets
+        ]
+    )  # (D, T)
+    return offsets[err.argmin(0)]
+
+
+def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, phase: bool = False) -> dict:
     """Predictors that are right except for one thing, on the same frames: where a model's error can come from.
 
     hold: the last prefix frame, held; no_objects / no_traffic / no_scenery: the truth without the roadside
     objects, the other cars, or both (the car drives as in the episode); ahead_D: the truth with the car D
     track units further along from the last prefix frame on (the stripes' phase off, nothing else);
     speed_P: the truth with the car P % faster after the prefix; model: the bundle's own rollout
-    (`evaluate.rollout`, noise seed = episode number as in evaluate.fidelity), when a bundle is given.
+    (`evaluate.rollout`, noise seed = episode number as in evaluate.fidelity), when a bundle is given. With
+    `phase` (and a bundle), also the model car's offset along the track per frame (`track_offsets`).
     """
     fps = road.FPS
     num_latent = 3 + 3 * int(np.ceil(seconds * fps / 12))
@@ -417,7 +440,7 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print) ->
     drops = {"no_objects": {"objects"}}
     if world.name == "v2":
         drops.update(no_traffic={"traffic"}, no_scenery={"objects", "traffic"})
-    scores, row_error, speeds = [], [], []
+    scores, row_error, speeds, offsets = [], [], [], []
     for i in range(episodes):
         ep = world.episode(i, num_latent)
         if i == 0 and not np.array_equal(world.render_without(ep, frozenset()), ep.truth):
@@ -440,6 +463,8 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print) ->
             with torch.inference_mode():
                 gen, _ = rollout(bundle, ep.seed, ep.latent_actions, noise_seed=i, scene=ep.scene, world=world)
             preds["model"] = gen[sl]
+            if phase:
+                offsets.append(track_offsets(world, ep, gen[sl], sl))
             sq = ((gen[sl].astype(np.float64) - truth) ** 2).mean(axis=(0, 2, 3))  # per row
             row_error.append(sq)
         scores.append({f"{k}_{m}": f(v, truth) for k, v in preds.items() for m, f in (("psnr", psnr), ("ssim", ssim))})
@@ -449,6 +474,18 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print) ->
         )
     out = {"world": world.name, "episodes": episodes, "seconds": seconds, "scores": summarise(scores, fps)}
     out["car_speed"] = {"mean": float(np.mean(speeds)), "per_episode": speeds}  # units/s over the scored frames
+    if offsets:
+        off = np.stack(offsets)  # (E, T) track units, + = the model's car ahead of the truth
+        half = max(1, fps // 2)
+        out["model_track_offset"] = {
+            "per_half_second_mean": [float(off[:, a : a + half].mean()) for a in range(0, off.shape[1], half)],
+            "per_half_second_mean_abs": [
+                float(np.abs(off[:, a : a + half]).mean()) for a in range(0, off.shape[1], half)
+            ],
+            "last_frame_per_episode": [float(x) for x in off[:, -1]],
+            "per_episode_per_frame": off.tolist(),
+            "searched": [float(TRACK_OFFSETS[0]), float(TRACK_OFFSETS[-1]), float(TRACK_OFFSETS[1] - TRACK_OFFSETS[0])],
+        }
     if row_error:  # where in the frame the model's squared error is, by bands of rows (fractions of the height)
         sq = np.mean(row_error, 0)
         h = len(sq)
@@ -499,6 +536,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--diagnostics", action="store_true", help="also score hold / no_objects / no_traffic / no_scenery predictors"
     )
     p.add_argument("--model", action="store_true", help="with --diagnostics: also the bundle's own rollouts")
+    p.add_argument(
+        "--phase", action="store_true", help="with --model: the model car's offset along the track per frame"
+    )
     p.add_argument("--threads", type=int, default=2, help="CPU threads (torch.set_num_threads)")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -530,7 +570,13 @@ def main(argv: list[str] | None = None) -> dict:
             )
         )
     if args.diagnostics:
-        results["diagnostics"] = diagnostics(world, args.episodes, args.seconds, bundle if args.model else None)
+        results["diagnostics"] = diagnostics(
+            world, args.episodes, args.seconds, bundle if args.model else None, phase=args.phase
+        )
+        if "model_track_offset" in results["diagnostics"]:
+            t = results["diagnostics"]["model_track_offset"]
+            print("model track offset by half-second, mean / mean |.|:", [round(x, 2) for x in t["per_half_second_mean"]],
+                  [round(x, 2) for x in t["per_half_second_mean_abs"]])  # fmt: skip
         s = results["diagnostics"]["scores"]
         print(
             json.dumps(

@@ -45,3 +45,19 @@ def test_the_truth_against_itself_is_identical_and_a_redrawn_future_is_not(tmp_p
 def test_modes_are_checked():
     with pytest.raises(SystemExit):
         main(["--modes", "view0", "--no-ae"])
+
+
+@pytest.mark.parametrize("d", [-1.5, 0.0, 0.75, 2.0])
+def test_track_offsets_reads_back_a_known_offset(d):
+    """Frames rendered with the car d units ahead (from the last prefix frame on) read back as d at every frame;
+    a steady speed error reads as a ramp that starts near 0."""
+    from training.fidelity_bound import PREFIX_FRAMES, V2World, _ahead, _faster, track_offsets
+
+    world = V2World(64)
+    ep = world.episode(0, 6)
+    sl = slice(PREFIX_FRAMES, PREFIX_FRAMES + 8)
+    frames = world.render_without(ep, frozenset(), edit=_ahead(d))[sl]
+    assert (track_offsets(world, ep, frames, sl) == d).all()
+    if d == 0.0:
+        ramp = track_offsets(world, ep, world.render_without(ep, frozenset(), edit=_faster(0.1))[sl], sl)
+        assert ramp[0] <= 0.25 and (ramp[-1] >= ramp[0] + 0.25) and (ramp > 0).any()
