@@ -424,6 +424,19 @@ def track_offsets(world, ep: Episode, frames: np.ndarray, sl: slice, offsets: np
     return offsets[err.argmin(0)]
 
 
+def _offset_summary(off: np.ndarray, fps: int) -> dict:
+    """(E, T) track offsets (+ = ahead of the truth) by half-second: signed mean, mean of |.|, and the raw rows."""
+    half = max(1, fps // 2)
+    starts = range(0, off.shape[1], half)
+    return {
+        "per_half_second_mean": [float(off[:, a : a + half].mean()) for a in starts],
+        "per_half_second_mean_abs": [float(np.abs(off[:, a : a + half]).mean()) for a in starts],
+        "last_frame_per_episode": [float(x) for x in off[:, -1]],
+        "per_episode_per_frame": off.tolist(),
+        "searched": [float(TRACK_OFFSETS[0]), float(TRACK_OFFSETS[-1]), float(TRACK_OFFSETS[1] - TRACK_OFFSETS[0])],
+    }
+
+
 def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, phase: bool = False) -> dict:
     """Predictors that are right except for one thing, on the same frames: where a model's error can come from.
 
@@ -440,7 +453,7 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
     drops = {"no_objects": {"objects"}}
     if world.name == "v2":
         drops.update(no_traffic={"traffic"}, no_scenery={"objects", "traffic"})
-    scores, row_error, speeds, offsets = [], [], [], []
+    scores, row_error, speeds, offsets, ae_offsets = [], [], [], [], []
     for i in range(episodes):
         ep = world.episode(i, num_latent)
         if i == 0 and not np.array_equal(world.render_without(ep, frozenset()), ep.truth):
@@ -463,8 +476,10 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
             with torch.inference_mode():
                 gen, _ = rollout(bundle, ep.seed, ep.latent_actions, noise_seed=i, scene=ep.scene, world=world)
             preds["model"] = gen[sl]
-            if phase:
+            if phase:  # the model's car, and the truth's through the autoencoder (the phase it can keep)
+                encode, decode = _autoencoder(bundle.vae)
                 offsets.append(track_offsets(world, ep, gen[sl], sl))
+                ae_offsets.append(track_offsets(world, ep, decode(encode(ep.truth))[sl], sl))
             sq = ((gen[sl].astype(np.float64) - truth) ** 2).mean(axis=(0, 2, 3))  # per row
             row_error.append(sq)
         scores.append({f"{k}_{m}": f(v, truth) for k, v in preds.items() for m, f in (("psnr", psnr), ("ssim", ssim))})
@@ -474,18 +489,9 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
         )
     out = {"world": world.name, "episodes": episodes, "seconds": seconds, "scores": summarise(scores, fps)}
     out["car_speed"] = {"mean": float(np.mean(speeds)), "per_episode": speeds}  # units/s over the scored frames
-    if offsets:
-        off = np.stack(offsets)  # (E, T) track units, + = the model's car ahead of the truth
-        half = max(1, fps // 2)
-        out["model_track_offset"] = {
-            "per_half_second_mean": [float(off[:, a : a + half].mean()) for a in range(0, off.shape[1], half)],
-            "per_half_second_mean_abs": [
-                float(np.abs(off[:, a : a + half]).mean()) for a in range(0, off.shape[1], half)
-            ],
-            "last_frame_per_episode": [float(x) for x in off[:, -1]],
-            "per_episode_per_frame": off.tolist(),
-            "searched": [float(TRACK_OFFSETS[0]), float(TRACK_OFFSETS[-1]), float(TRACK_OFFSETS[1] - TRACK_OFFSETS[0])],
-        }
+    for key, rows in (("model_track_offset", offsets), ("autoencoder_track_offset", ae_offsets)):
+        if rows:
+            out[key] = _offset_summary(np.stack(rows), fps)
     if row_error:  # where in the frame the model's squared error is, by bands of rows (fractions of the height)
         sq = np.mean(row_error, 0)
         h = len(sq)
@@ -573,10 +579,11 @@ def main(argv: list[str] | None = None) -> dict:
         results["diagnostics"] = diagnostics(
             world, args.episodes, args.seconds, bundle if args.model else None, phase=args.phase
         )
-        if "model_track_offset" in results["diagnostics"]:
-            t = results["diagnostics"]["model_track_offset"]
-            print("model track offset by half-second, mean / mean |.|:", [round(x, 2) for x in t["per_half_second_mean"]],
-                  [round(x, 2) for x in t["per_half_second_mean_abs"]])  # fmt: skip
+        for key in ("model_track_offset", "autoencoder_track_offset"):
+            if key in results["diagnostics"]:
+                t = results["diagnostics"][key]
+                print(f"{key} by half-second, mean / mean |.|:", [round(x, 2) for x in t["per_half_second_mean"]],
+                      [round(x, 2) for x in t["per_half_second_mean_abs"]])  # fmt: skip
         s = results["diagnostics"]["scores"]
         print(
             json.dumps(

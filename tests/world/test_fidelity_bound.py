@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from training.fidelity_bound import main
@@ -61,3 +62,12 @@ def test_track_offsets_reads_back_a_known_offset(d):
     if d == 0.0:
         ramp = track_offsets(world, ep, world.render_without(ep, frozenset(), edit=_faster(0.1))[sl], sl)
         assert ramp[0] <= 0.25 and (ramp[-1] >= ramp[0] + 0.25) and (ramp > 0).any()
+
+
+def test_phase_diagnostics_report_the_model_and_the_autoencoder():
+    out = main(["--episodes", "1", "--modes", "--diagnostics", "--model", "--phase", "--seconds", "0.5", "--no-ae"])
+    diag = out["diagnostics"]
+    ae, model = diag["autoencoder_track_offset"], diag["model_track_offset"]
+    assert len(model["per_episode_per_frame"]) == 1 and len(model["per_episode_per_frame"][0]) == 8
+    assert ae["per_half_second_mean_abs"][0] <= 0.5  # the autoencoder keeps the stripes' phase
+    assert all(np.isfinite(model["per_half_second_mean_abs"]))
