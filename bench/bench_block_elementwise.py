@@ -13,8 +13,8 @@ block compiles it, and a few formulations of the same math, so a lever is measur
 * each under Inductor's defaults, with `coordinate_descent_tuning` (its block-size search) and with
   `triton.multi_kernel` (persistent reductions over the 1,536 features, benchmarked against the looped ones).
 
-Each row: median device µs per call (CUDA events over replays of a CUDA graph of 20 calls, after warm-up), the least bytes the step must read and
-write, GB/s and the share of the device copy rate measured here. Every variant's output is checked against
+Each row: median device µs per call (CUDA events over replays of a CUDA graph of 20 calls, after warm-up), the
+least bytes the step must read and write, GB/s and the share of the device copy rate measured here. Every variant's output is checked against
 the as-built step (max |diff|, bf16 level).
 
     PYTHONPATH=. python bench/bench_block_elementwise.py --json elementwise.json

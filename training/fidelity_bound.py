@@ -454,6 +454,8 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
     if world.name == "v2":
         drops.update(no_traffic={"traffic"}, no_scenery={"objects", "traffic"})
     scores, row_error, speeds, offsets, ae_offsets = [], [], [], [], []
+    if phase and bundle is not None:
+        encode, decode = _autoencoder(bundle.vae)
     for i in range(episodes):
         ep = world.episode(i, num_latent)
         if i == 0 and not np.array_equal(world.render_without(ep, frozenset()), ep.truth):
@@ -477,7 +479,6 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
                 gen, _ = rollout(bundle, ep.seed, ep.latent_actions, noise_seed=i, scene=ep.scene, world=world)
             preds["model"] = gen[sl]
             if phase:  # the model's car, and the truth's through the autoencoder (the phase it can keep)
-                encode, decode = _autoencoder(bundle.vae)
                 offsets.append(track_offsets(world, ep, gen[sl], sl))
                 ae_offsets.append(track_offsets(world, ep, decode(encode(ep.truth))[sl], sl))
             sq = ((gen[sl].astype(np.float64) - truth) ** 2).mean(axis=(0, 2, 3))  # per row

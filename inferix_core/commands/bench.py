@@ -29,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--attention",
         default="auto",
-        help="auto (the loader's default: flash_attn_4 where the fa4 extra imports, else sdpa), sdpa, sdpa_cudnn (cuDNN kernel first), flash_attn, or flash_attn_4 (the fa4 extra: FlashAttention-4 "
-        "where its measured table says it is faster, SDPA elsewhere)",
+        help="auto (the loader's default: flash_attn_4 where the fa4 extra imports, else sdpa), sdpa, sdpa_cudnn "
+        "(cuDNN kernel first), flash_attn, or flash_attn_4 (the fa4 extra: FlashAttention-4 where its measured "
+        "table says it is faster, SDPA elsewhere)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile each transformer block (fused elementwise)")
     p.add_argument(
