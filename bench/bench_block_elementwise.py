@@ -10,8 +10,9 @@ block compiles it, and a few formulations of the same math, so a lever is measur
 * the adaLN LayerNorm + modulation, and the gated residual (`addcmul`);
 * the FFN with the bias + tanh GELU in cuBLASLt's GEMM epilogue (`FeedForward`, as built) against the GELU
   as its own pass, and the whole block (no cache) both ways;
-* each under Inductor's defaults, with `coordinate_descent_tuning` (its block-size search) and with
-  `triton.multi_kernel` (persistent reductions over the 1,536 features, benchmarked against the looped ones).
+* each under Inductor's defaults, with `coordinate_descent_tuning` (its block-size search), with
+  `triton.multi_kernel` (persistent reductions over the 1,536 features, benchmarked against the looped ones),
+  and with `persistent_rows` (`inductor_choices.PersistentRowReductions`: those reductions persistent, always).
 
 Each row: median device µs per call (CUDA events over replays of a CUDA graph of 20 calls, after warm-up), the
 least bytes the step must read and write, GB/s and the share of the device copy rate measured here. Every variant's output is checked against
@@ -26,6 +27,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -35,6 +37,7 @@ from torch import nn
 from bench.kernel_efficiency import _time
 from inferix_core.benchmark import PRESETS
 from inferix_core.models.wan.causal_transformer import AttentionBlock, SelfAttention
+from inferix_core.models.wan.inductor_choices import persistent_row_reductions
 from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope, rotate_pairs_stack
 
 # Inductor options per pass: its defaults; its block-size search; multi-kernel, which also builds the
@@ -44,7 +47,12 @@ PASSES = {
     "default": {},
     "coordinate_descent": {"coordinate_descent_tuning": True},
     "multi_kernel": {"triton.multi_kernel": 1},
+    # inner reductions up to 2,048 features persistent (`PersistentRowReductions`); no graph cache, whose key
+    # does not see the choices handler and would hand back the default pass's kernels
+    "persistent_rows": {"fx_graph_cache": False},
 }
+# passes that also set Inductor's choices handler around their compiling call
+HANDLERS = {"persistent_rows": persistent_row_reductions}
 
 
 def rope_stack(x: torch.Tensor, freqs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -211,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 compiled: Callable = fn
             else:
                 compiled = torch.compile(fn, dynamic=False, options=options)
-            with torch.no_grad():
+            with torch.no_grad(), HANDLERS[pass_name]() if pass_name in HANDLERS else nullcontext():
                 out = compiled(*fargs)
                 seconds = time_in_graph(lambda c=compiled, a=fargs: c(*a))
             key = name if pass_name == "default" else f"{name} [{pass_name}]"

@@ -58,8 +58,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="compile the blocks with Inductor's coordinate_descent_tuning (BLOCK_INDUCTOR_OPTIONS)",
     )
+    p.add_argument(
+        "--persistent-rows",
+        action="store_true",
+        help="Inductor keeps the row reductions over d persistent (inductor_choices.PersistentRowReductions)",
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    if args.persistent_rows:  # this thread compiles the blocks; the FX graph cache's key does not see the handler
+        from inferix_core.models.wan.inductor_choices import persistent_row_reductions
+
+        torch._inductor.config.fx_graph_cache = False
+        persistent_row_reductions().__enter__()
     if args.coordinate_descent:
         from inferix_core.models.wan import causal_transformer
 
