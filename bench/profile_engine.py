@@ -59,17 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         help="compile the blocks with Inductor's coordinate_descent_tuning (BLOCK_INDUCTOR_OPTIONS)",
     )
     p.add_argument(
-        "--persistent-rows",
+        "--looped-rows",
         action="store_true",
-        help="Inductor keeps the row reductions over d persistent (inductor_choices.PersistentRowReductions)",
+        help="compile the norms over d as Inductor's own looped reductions (compile_blocks persistent_rows=False)",
+    )
+    p.add_argument(
+        "--row-hints",
+        default=None,
+        help="comma list of the reduction hints kept persistent (inductor_choices.ROW_HINTS; e.g. INNER,DEFAULT)",
     )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    if args.persistent_rows:  # this thread compiles the blocks; the FX graph cache's key does not see the handler
-        from inferix_core.models.wan.inductor_choices import persistent_row_reductions
+    if args.row_hints:
+        from inferix_core.models.wan import inductor_choices
 
-        torch._inductor.config.fx_graph_cache = False
-        persistent_row_reductions().__enter__()
+        inductor_choices.ROW_HINTS = tuple(args.row_hints.split(","))
     if args.coordinate_descent:
         from inferix_core.models.wan import causal_transformer
 
@@ -80,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         layers.COMPILED_ROPE_FORMULA = args.rope_formula
     preset = PRESETS["wan-1.3b"]
     pipe, context = build_engine(
-        BenchConfig(compile=args.compile, attention=args.attention, cuda_graphs=args.cuda_graphs)
+        BenchConfig(
+            compile=args.compile,
+            attention=args.attention,
+            cuda_graphs=args.cuda_graphs,
+            persistent_rows=not args.looped_rows,
+        )
     )
     # the request users get (generate_video without a kept world, as `inferix bench` runs it)
     request = GenerationRequest(
@@ -91,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     pipe.generate(request)  # warm-up (and compile)
     torch.cuda.synchronize()
     print(f"warm-up run (compiles included) {time.perf_counter() - t0:.1f} s")
+    if args.compile:
+        from inferix_core.models.wan.inductor_choices import DECISIONS
+
+        rows = sorted(DECISIONS.items())
+        print("persistent-reduction decisions (hint, size, persistent): calls", rows or "none (looped rows)")
     if calls is not None:
         calls_of_run = list(calls)
         calls.clear()
@@ -115,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {seconds:7.3f} s  {count:6d}x  [{group_of(name)[:5]}] {name[:110]}")
     result = {
         "compile": args.compile, "cuda_graphs": args.cuda_graphs, "attention": args.attention,
-        "kernel_total_s": total, "groups_s": groups,
+        "kernel_total_s": total, "groups_s": groups, "persistent_rows": not args.looped_rows,
+        "row_hints": args.row_hints,
         "kernels": [{"name": n, "seconds": s, "count": c} for n, s, c in kernels[:200]],
     }  # fmt: skip
     if args.efficiency:

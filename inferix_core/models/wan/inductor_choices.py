@@ -3,16 +3,17 @@
 Why: every norm of a Wan block reduces over d features (1,536 for the 1.3B model), and Inductor keeps a
 reduction *looped* (each row read twice: once for the statistics, once to normalise) above 1,024 features
 (`InductorChoices.should_use_persistent_reduction`). A persistent reduction holds the row in registers and
-reads it once. This handler lets inner reductions up to `limit` features be persistent; everything else is
-Inductor's own choice. It changes which kernel Inductor writes, not the math (the same reductions, possibly a
-different summation order: fp32 rounding level).
+reads it once. This handler lets reductions of up to `limit` elements with the given reduction hints be
+persistent; everything else is Inductor's own choice. It changes which kernel Inductor writes, not the math
+(the same reductions, possibly another summation order: fp32 rounding level).
 
-Used through `V.set_choices_handler`, which is per thread and read while Inductor generates code, so it must be
-set in the thread that runs the first (compiling) call.
+Used through `V.set_choices_handler`, which is per thread and read while Inductor generates code, so it is set
+around each call of a compiled model (`CausalWanTransformer.compile_choices`), whichever thread compiles.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -24,23 +25,32 @@ from torch._inductor.virtualized import V
 if TYPE_CHECKING:
     from torch._inductor.codegen.simd_kernel_features import SIMDKernelFeatures
 
+# The reduction hints a row norm gets: INNER where every read runs along the row; Inductor marks a fused
+# kernel DEFAULT when one of its reads (a broadcast modulation, say) does not
+ROW_HINTS: tuple[str, ...] = ("INNER",)
+# What the handlers decided, by (hint, reduction size, persistent): for profiles and tests
+DECISIONS: Counter = Counter()
+
 
 class PersistentRowReductions(InductorChoices):
-    """Inductor's choices, with inner (row) reductions of up to `limit` elements kept persistent."""
+    """Inductor's choices, with reductions of up to `limit` elements and a hint in `hints` kept persistent."""
 
-    def __init__(self, limit: int = 2048) -> None:
+    def __init__(self, limit: int = 2048, hints: tuple[str, ...] | None = None) -> None:
         super().__init__()
         self.limit = limit
+        self.hints = tuple(getattr(ReductionHint, h) for h in (ROW_HINTS if hints is None else hints))
 
     def should_use_persistent_reduction(self, features: SIMDKernelFeatures, cooperative_reduction: bool) -> bool:
-        if (
+        hint = features.get_reduction_hint()
+        ours = (
             inductor_config.triton.persistent_reductions
             and not cooperative_reduction
-            and features.get_reduction_hint() == ReductionHint.INNER
+            and hint in self.hints
             and V.graph.sizevars.statically_known_leq(features.reduction_numel, self.limit)
-        ):
-            return True
-        return InductorChoices.should_use_persistent_reduction(features, cooperative_reduction)
+        )
+        chosen = bool(ours) or InductorChoices.should_use_persistent_reduction(features, cooperative_reduction)
+        DECISIONS[(hint.name, str(features.reduction_numel), chosen)] += 1
+        return chosen
 
 
 def persistent_row_reductions(limit: int = 2048) -> AbstractContextManager[None]:
