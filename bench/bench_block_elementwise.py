@@ -12,7 +12,7 @@ block compiles it, and a few formulations of the same math, so a lever is measur
   as its own pass, and the whole block (no cache) both ways;
 * each under Inductor's defaults, with `coordinate_descent_tuning` (its block-size search), with
   `triton.multi_kernel` (persistent reductions over the 1,536 features, benchmarked against the looped ones),
-  and with `persistent_rows` (`inductor_choices.PersistentRowReductions`: those reductions persistent, always).
+  and with `persistent_rows` (`bench/inductor_choices.py`: those reductions persistent, always).
 
 Each row: median device µs per call (CUDA events over replays of a CUDA graph of 20 calls, after warm-up), the
 least bytes the step must read and write, GB/s and the share of the device copy rate measured here. Every variant's output is checked against
@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.inductor_choices import persistent_row_reductions
 from bench.kernel_efficiency import _time
 from inferix_core.benchmark import PRESETS
 from inferix_core.models.wan.causal_transformer import AttentionBlock, SelfAttention
-from inferix_core.models.wan.inductor_choices import persistent_row_reductions
 from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope, rotate_pairs_stack
 
 # Inductor options per pass: its defaults; its block-size search; multi-kernel, which also builds the

@@ -170,19 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument(
-        "--row-hints",
-        default=None,
-        help="comma list of the reduction hints compiled norms keep persistent (inductor_choices.ROW_HINTS)",
-    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("compare_reference needs a CUDA GPU")
-    if args.row_hints:
-        from inferix_core.models.wan import inductor_choices
-
-        inductor_choices.ROW_HINTS = tuple(args.row_hints.split(","))
     device = torch.device("cuda")
     rows: list[tuple[str, str, dict]] = []
     diffusion, e2e = args.what in ("diffusion", "both"), args.what in ("e2e", "both")

@@ -59,21 +59,19 @@ def main(argv: list[str] | None = None) -> int:
         help="compile the blocks with Inductor's coordinate_descent_tuning (BLOCK_INDUCTOR_OPTIONS)",
     )
     p.add_argument(
-        "--looped-rows",
-        action="store_true",
-        help="compile the norms over d as Inductor's own looped reductions (compile_blocks persistent_rows=False)",
-    )
-    p.add_argument(
-        "--row-hints",
+        "--persistent-rows",
         default=None,
-        help="comma list of the reduction hints kept persistent (inductor_choices.ROW_HINTS; e.g. INNER,DEFAULT)",
+        metavar="HINTS",
+        help="compile the norms over d as persistent reductions where their reduction hint is one of HINTS "
+        "(comma list, e.g. INNER or INNER,DEFAULT; bench/inductor_choices.py)",
     )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    if args.row_hints:
-        from inferix_core.models.wan import inductor_choices
+    if args.persistent_rows:  # this thread compiles the blocks; the graph cache's key does not see the handler
+        from bench.inductor_choices import persistent_row_reductions
 
-        inductor_choices.ROW_HINTS = tuple(args.row_hints.split(","))
+        torch._inductor.config.fx_graph_cache = False
+        persistent_row_reductions(hints=tuple(args.persistent_rows.split(","))).__enter__()
     if args.coordinate_descent:
         from inferix_core.models.wan import causal_transformer
 
@@ -88,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
             compile=args.compile,
             attention=args.attention,
             cuda_graphs=args.cuda_graphs,
-            persistent_rows=not args.looped_rows,
         )
     )
     # the request users get (generate_video without a kept world, as `inferix bench` runs it)
@@ -100,11 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     pipe.generate(request)  # warm-up (and compile)
     torch.cuda.synchronize()
     print(f"warm-up run (compiles included) {time.perf_counter() - t0:.1f} s")
-    if args.compile:
-        from inferix_core.models.wan.inductor_choices import DECISIONS
+    if args.persistent_rows:
+        from bench.inductor_choices import DECISIONS
 
-        rows = sorted(DECISIONS.items())
-        print("persistent-reduction decisions (hint, size, persistent): calls", rows or "none (looped rows)")
+        print("persistent-reduction decisions (hint, size, persistent): calls", sorted(DECISIONS.items()))
     if calls is not None:
         calls_of_run = list(calls)
         calls.clear()
@@ -129,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {seconds:7.3f} s  {count:6d}x  [{group_of(name)[:5]}] {name[:110]}")
     result = {
         "compile": args.compile, "cuda_graphs": args.cuda_graphs, "attention": args.attention,
-        "kernel_total_s": total, "groups_s": groups, "persistent_rows": not args.looped_rows,
-        "row_hints": args.row_hints,
+        "kernel_total_s": total, "groups_s": groups, "persistent_rows": args.persistent_rows,
         "kernels": [{"name": n, "seconds": s, "count": c} for n, s, c in kernels[:200]],
     }  # fmt: skip
     if args.efficiency:

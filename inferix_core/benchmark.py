@@ -97,7 +97,6 @@ class BenchConfig:
     fp8: bool = False  # transformer-block linears in e4m3 (inferix_core.models.fp8), the rest in `dtype`
     compile: bool = False  # torch.compile each transformer block (models.wan.compile_blocks); warm-up absorbs it
     compile_mode: str | None = None  # torch.compile mode, e.g. "reduce-overhead" (CUDA graphs per region)
-    persistent_rows: bool = True  # with compile: the norms over d as persistent reductions (compile_blocks' default)
     decoder: str = "wan"  # with vae_decode: "wan" (the Wan VAE architecture) or "taehv" (the tiny preview decoder)
     # Wan VAE decode options: None = what load_world_model gives on this device (CUDA: VAEDecodeOptions.fast(),
     # compiled with `compile`; CPU: the reference path), True = fast() uncompiled, False = the reference path
@@ -128,7 +127,6 @@ VARIANT_PARTS: dict[str, dict] = {
     "reduceoverhead": dict(compile=True, compile_mode="reduce-overhead"),  # torch's per-region graphs (fails: docs)
     "fa4": dict(attention="flash_attn_4"),  # FlashAttention-4 where its measured table says it is faster
     "fp8": dict(fp8=True),
-    "loopedrows": dict(persistent_rows=False),  # with compile: Inductor's own looped norms (the default before)
     # end to end, the Wan VAE: by default what load_world_model gives on CUDA (fast(), compiled with compile);
     # "vaefast" = fast() uncompiled, "vaeref" = the reference decode path (the numbers before issue #19)
     "vaefast": dict(vae_fast=True),
@@ -239,7 +237,7 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
     if cfg.compile:
         from .models.wan.causal_transformer import compile_blocks
 
-        compile_blocks(model, mode=cfg.compile_mode, persistent_rows=cfg.persistent_rows)
+        compile_blocks(model, mode=cfg.compile_mode)
     if cfg.cuda_graphs:  # after compile: the graphs record the compiled blocks' kernels
         from .models.wan.cuda_graphs import enable_cuda_graphs
 

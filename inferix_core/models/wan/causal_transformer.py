@@ -9,9 +9,6 @@ Semantics follow the reference step by step (see tests/fixtures/README.md §1.3�
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -240,19 +237,6 @@ class Head(nn.Module):
         )  # (B, F, HW, out)
 
 
-def _under_compile_choices(forward: Callable) -> Callable:
-    """Run `forward` inside the model's `compile_choices` context, where compile_blocks set one."""
-
-    @functools.wraps(forward)
-    def wrapper(self: CausalWanTransformer, *args, **kwargs):
-        if self.compile_choices is None:
-            return forward(self, *args, **kwargs)
-        with self.compile_choices():
-            return forward(self, *args, **kwargs)
-
-    return wrapper
-
-
 class CausalWanTransformer(nn.Module):
     """Wan 2.1 transformer computing one chunk of frames at a time against a KV cache."""
 
@@ -281,9 +265,6 @@ class CausalWanTransformer(nn.Module):
         self.rope = RotaryEmbedding3D(config.head_dim)
         # tokens split across ranks (inferix_core.parallel.SequenceParallel) or None; see forward steps 3–5
         self.sequence_parallel = None
-        # set by `compile_blocks`: the Inductor heuristics its compiled blocks are generated under, entered
-        # around every call (compiles happen lazily, in whichever thread calls first); None: Inductor's own
-        self.compile_choices: Callable[[], AbstractContextManager[None]] | None = None
 
     # -- text ----------------------------------------------------------------------------------------
     def embed_text(self, context: torch.Tensor) -> torch.Tensor:
@@ -362,7 +343,6 @@ class CausalWanTransformer(nn.Module):
         pt, ph, pw = self.config.patch_size
         return latent_shape[2] // pt, latent_shape[3] // ph, latent_shape[4] // pw
 
-    @_under_compile_choices
     def forward(
         self,
         x: torch.Tensor,
@@ -467,9 +447,7 @@ class CausalWanTransformer(nn.Module):
 BLOCK_INDUCTOR_OPTIONS: dict[str, object] = {}
 
 
-def compile_blocks(
-    model: CausalWanTransformer, mode: str | None = None, persistent_rows: bool = True
-) -> CausalWanTransformer:
+def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> CausalWanTransformer:
     """Regional compilation: compile each transformer block in place with `torch.compile`.
 
     Why: at 480×832 on an H200, 45 % of the eager kernel time (1.34 of 2.97 s per 81 frames) is
@@ -478,21 +456,10 @@ def compile_blocks(
     parameters are graph inputs), so the cold start is one block's compile, not thirty. The KV-cache
     step (`SelfAttention.attend_cached`) stays eager. Numerics: the same formulas in the same
     precisions; fused reductions may round differently (bf16-level on GPU, ~1e-6 in fp32).
-
-    `persistent_rows` (without a `mode`): Inductor writes the norms over the model width as persistent
-    reductions, one read per row (`inductor_choices.PersistentRowReductions`; it keeps them looped above
-    1,024 features). Its graph cache is off for these blocks: the cache key does not see the heuristics, so it
-    could hand back kernels generated without them (or give them to a compile that asked for none).
     """
-    options = dict(BLOCK_INDUCTOR_OPTIONS) if mode is None else None
-    model.compile_choices = None
-    if persistent_rows and mode is None:
-        from .inductor_choices import persistent_row_reductions
-
-        options["fx_graph_cache"] = False
-        model.compile_choices = persistent_row_reductions
+    options = dict(BLOCK_INDUCTOR_OPTIONS) if mode is None and BLOCK_INDUCTOR_OPTIONS else None
     for block in model.blocks:
-        block.compile(mode=mode, dynamic=False, options=options or None)
+        block.compile(mode=mode, dynamic=False, options=options)
     model.compile_mode = mode or "default"  # read by the CUDA-graph runner (its own graphs clash with cudagraph modes)
     return model
 

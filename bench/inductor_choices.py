@@ -1,14 +1,18 @@
-"""Inductor heuristics for the transformer's row reductions over the model width.
+"""Inductor heuristics for the transformer's row reductions over the model width: a measured lever, not built in.
 
-Why: every norm of a Wan block reduces over d features (1,536 for the 1.3B model), and Inductor keeps a
-reduction *looped* (each row read twice: once for the statistics, once to normalise) above 1,024 features
-(`InductorChoices.should_use_persistent_reduction`). A persistent reduction holds the row in registers and
-reads it once. This handler lets reductions of up to `limit` elements with the given reduction hints be
-persistent; everything else is Inductor's own choice. It changes which kernel Inductor writes, not the math
-(the same reductions, possibly another summation order: fp32 rounding level).
+Every norm of a Wan block reduces over d features (1,536 for the 1.3B model), and Inductor keeps a reduction
+*looped* (each row read twice: once for the statistics, once to normalise) above 1,024 features
+(`InductorChoices.should_use_persistent_reduction`). `PersistentRowReductions` lets reductions of up to `limit`
+elements with the given hints be persistent (the row held in registers, read once); the rest stays Inductor's
+choice. The same math, possibly another summation order.
 
-Used through `V.set_choices_handler`, which is per thread and read while Inductor generates code, so it is set
-around each call of a compiled model (`CausalWanTransformer.compile_choices`), whichever thread compiles.
+Measured on the H200 (docs/performance.md, "Wave 2, sixth pass"): alone, the adaLN LayerNorm + modulation step
+runs 1.8x faster persistent, but in the whole 81-frame run its kernels are DEFAULT-hinted (a broadcast
+modulation read) and 1.6x *slower* persistent, and the one INNER-hinted norm gains nothing; so compile_blocks
+keeps Inductor's heuristics and this stays a tool of `bench_block_elementwise.py` and `profile_engine.py`.
+
+`V.set_choices_handler` is per thread and read while Inductor generates code: set it in the thread that makes
+the first (compiling) call.
 """
 
 from __future__ import annotations
@@ -53,6 +57,6 @@ class PersistentRowReductions(InductorChoices):
         return chosen
 
 
-def persistent_row_reductions(limit: int = 2048) -> AbstractContextManager[None]:
-    """Set `PersistentRowReductions(limit)` as this thread's Inductor choices; the returned context restores."""
-    return V.set_choices_handler(PersistentRowReductions(limit))
+def persistent_row_reductions(limit: int = 2048, hints: tuple[str, ...] | None = None) -> AbstractContextManager[None]:
+    """Set `PersistentRowReductions(limit, hints)` as this thread's Inductor choices; the returned context restores."""
+    return V.set_choices_handler(PersistentRowReductions(limit, hints))
