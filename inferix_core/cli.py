@@ -52,18 +52,25 @@ def _stop_signals_deferred():
     """Hold SIGINT/SIGTERM while the subcommands import (torch among them), then take them.
 
     A KeyboardInterrupt raised inside an extension module's initialisation (`import torch`) can abort the
-    interpreter (exit -6) instead of unwinding; blocked, the signal is delivered when the import is done and
-    stops the program as any other (exit 130). POSIX only; elsewhere imports run as they are.
+    interpreter (exit -6) instead of unwinding. While the imports run, a recorder stands in for the Python
+    handlers; afterwards the handlers come back and each recorded signal is raised again, so it stops the
+    program as any other (exit 130). A signal mask alone is not enough: the kernel hands a process-directed
+    signal to any thread that does not block it (torch's, pytest's), and Python then runs the handler on the
+    main thread all the same. Main thread only (signal.signal's rule); elsewhere imports run as they are.
     """
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    stops = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    stops = (signal.SIGINT, signal.SIGTERM)
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in stops}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(received):  # each kind once, in arrival order
+            signal.raise_signal(sig)
 
 
 def _unavailable(name: str, exc: Exception):
