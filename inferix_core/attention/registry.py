@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..compile_boundary import compile_boundary
 from ..errors import BackendUnavailableError
 
 log = logging.getLogger(__name__)
@@ -131,14 +132,14 @@ def fa4_choice_for(
     return None
 
 
-@torch.compiler.disable
+@compile_boundary
 def _note_once(reason: str) -> None:
     if reason not in _NOTED:
         _NOTED.add(reason)
         log.warning("flash_attn_4: %s; using sdpa for these calls", reason)
 
 
-@torch.compiler.disable
+@compile_boundary
 def _fa4_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """flash_attn.cute.interface.flash_attn_func (B, L, H, D) layout; it returns (out, lse) or out by version."""
     from flash_attn.cute.interface import flash_attn_func

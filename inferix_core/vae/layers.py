@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..compile_boundary import mark_compile_boundaries
 from .config import VAEDecodeOptions
 
 
@@ -150,6 +151,7 @@ _RECOMPILE_LIMIT = 64
 
 def _compiled(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     if name not in _COMPILED:
+        mark_compile_boundaries()
         _COMPILED[name] = torch.compile(fn, **COMPILE_KWARGS)
     return _COMPILED[name]
 

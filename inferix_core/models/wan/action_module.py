@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ...attention import get_attention_backend
+from ...compile_boundary import compile_boundary
 from ...errors import ConfigError, ShapeMismatchError
 from .layers import LayerNorm
 
@@ -248,7 +249,7 @@ class ActionModule(nn.Module):
         attn = self.attend_cached(q, k, v, act.keyboard_kv)  # every location attends to the same frames
         return x + self.proj_keyboard(attn.flatten(2))
 
-    @torch.compiler.disable
+    @compile_boundary
     def attend_cached(self, q, k, v, kv=None):
         """Write this chunk's K/V to the action cache (if any) and attend to every cached frame (no mask)."""
         if kv is not None:

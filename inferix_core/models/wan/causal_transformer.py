@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ...attention import get_attention_backend
+from ...compile_boundary import compile_boundary, mark_compile_boundaries
 from ...errors import BackendUnavailableError, ConfigError, ShapeMismatchError
 from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput, action_inputs
 from .config import WanConfig
@@ -90,7 +91,7 @@ class SelfAttention(_Attention):
         (the values rounded to t's dtype as before), so RoPE needs no cast pass up."""
         return norm(t, out_dtype=torch.float32) if isinstance(norm, RMSNorm) else norm(t)
 
-    @torch.compiler.disable
+    @compile_boundary
     def attend_cached(self, q, k, v, kv=None, mask=None):
         """Write this chunk's K/V to the cache and attend to every valid cached token.
 
@@ -457,6 +458,7 @@ def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> Caus
     step (`SelfAttention.attend_cached`) stays eager. Numerics: the same formulas in the same
     precisions; fused reductions may round differently (bf16-level on GPU, ~1e-6 in fp32).
     """
+    mark_compile_boundaries()  # attend_cached and the attention backends' host-side steps stay eager
     options = dict(BLOCK_INDUCTOR_OPTIONS) if mode is None and BLOCK_INDUCTOR_OPTIONS else None
     for block in model.blocks:
         block.compile(mode=mode, dynamic=False, options=options)
