@@ -102,3 +102,21 @@ def test_continue_from_refuses_a_folder_that_is_not_an_exported_bundle(tmp_path)
                 str(tmp_path / "b"),
             ]
         )
+
+
+@pytest.mark.slow  # compiling on 2 CPU cores takes ~1 min
+def test_compiled_blocks_train_and_save_the_same_keys(tmp_path):
+    """--compile trains the same module in place: the carry holds the eager model's keys, rollouts run, it exports."""
+    out = tmp_path / "out"
+    main(["--out", str(out), "--work", str(tmp_path / "w"), "--smoke", "--until", "tf", "--compile"])
+    state = json.loads((out / "resume" / "state.json").read_text())
+    assert state["done"] == ["ae", "tf"] and state["tf"]["steps"] == 3
+    assert torch.isfinite(torch.tensor(state["tf"]["loss_ema"]))
+    keys = set(load_carry(out / "resume", "world"))
+    assert keys and not any("_orig_mod" in k for k in keys)
+    assert "compiled" in (out / "train_log.txt").read_text()
+    final = tmp_path / "final"  # the rollout phase: generation through the compiled blocks, then the export
+    main(["--out", str(final), "--work", str(tmp_path / "w2"), "--smoke", "--resume-from", str(out), "--compile"])
+    config = json.loads((final / "config.json").read_text())
+    assert config["training"]["rollout"]["rollouts"] > 0
+    assert load_bundled(final).encode_prompt("").isfinite().all()
