@@ -178,6 +178,20 @@ def _lr(base: float, step: int, progress: float, warmup: int) -> float:
     return base * min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * min(progress, 1.0))))
 
 
+def schedule_progress(steps_done: int, steps_left: int, now: float, t_start: float, t_first: float | None,
+                      budget_s: float) -> float:  # fmt: skip
+    """How far the LR schedule is: the larger of the step fraction and the time fraction.
+
+    The time fraction counts from the end of the first step (`t_first`), over what the budget had left
+    then: waiting for data and compiling the first shapes (`--compile`: ~40 s on an H200) would otherwise
+    anneal the LR before any training happened. Before the first step it is 0.
+    """
+    by_steps = steps_done / max(1, steps_left)
+    if t_first is None:
+        return by_steps
+    return max(by_steps, (now - t_first) / max(1e-6, budget_s - (t_first - t_start)))
+
+
 def train_world(
     pool: LatentPool,
     model: WorldModel,
@@ -207,7 +221,8 @@ def train_world(
     covers the whole episode, or only its first `rollout_blocks` blocks (the true one included), which makes
     each rollout cheaper and puts its clips where the fidelity bar measures (`rollout_blocks · 3` latent
     frames must hold a clip).
-    The LR schedule follows the larger of the step and time fractions, so a time-limited run anneals.
+    The LR schedule follows the larger of the step and time fractions (`schedule_progress`), so a time-limited
+    run anneals.
     Training starts once `min_ready` episodes (or all) are encoded, so early steps do not overfit a few.
     Returns {"steps", "loss_ema", "rollout_loss_ema", "seconds", "rollouts", "rollout_seconds", "rollout_frames"}.
     """
@@ -230,13 +245,14 @@ def train_world(
                 f"rollouts of {rollout_blocks} blocks ({roll_frames} frames) cannot hold a {clip_frames}-frame clip"
             )
     t0, last_log, ema, roll_ema = time.time(), 0.0, None, None
+    t_first: float | None = None  # when the first step ended (the LR schedule's clock starts there)
     cached: tuple | None = None
     uses, rollouts, rollout_s = 0, 0, 0.0
     while step < max_steps and time.time() - t0 < time_budget_s:
         if pool.refresh() < min(min_ready, pool.latents.shape[0]):
             time.sleep(0.5)
             continue
-        progress = max((step - first) / max(1, max_steps - first), (time.time() - t0) / time_budget_s)
+        progress = schedule_progress(step - first, max_steps - first, time.time(), t0, t_first, time_budget_s)
         for g in opt.param_groups:
             g["lr"] = _lr(lr, step - first, progress, 200 if phase == "tf" else 50)
         use_rollout = rollout_share > 0 and torch.rand((), generator=gen).item() < rollout_share
@@ -270,6 +286,8 @@ def train_world(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
+        if t_first is None:
+            t_first = time.time()
         if use_rollout:
             roll_ema = loss.item() if roll_ema is None else 0.95 * roll_ema + 0.05 * loss.item()
         else:
