@@ -175,8 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clip-frames", type=int, default=18, help="latent frames per training clip")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--compile", action="store_true",
-                   help="compile the transformer's blocks for training and rollouts (bench/bench_train_step.py: at "
-                        "batch 128, 1.96x the clips per second of eager batch 64 on an H200)")  # fmt: skip
+                   help="compile the transformer's blocks for training and rollouts (~40 s to compile; at batch 128 "
+                        "1.96x the clips per second of eager batch 64 on an H200, but a higher loss after a 170 s "
+                        "phase: docs/world_model.md)")  # fmt: skip
     p.add_argument("--ckpt-every", type=int, default=500)
     p.add_argument("--workers", type=int, default=None)
     args = p.parse_args(argv)
