@@ -5,9 +5,12 @@ the copy roof for the bytes they must move. This times each of those steps at th
 3-frame chunk of Wan 1.3B at 480×832: 4,680 tokens, d = 1,536, 12 heads, ffn 8,960, bf16), compiled as the
 block compiles it, and a few formulations of the same math, so a lever is measured before it is built:
 
-* q/k RMS norm + RoPE: as the block does it (`SelfAttention.qk_norm` + `apply_rope`, the flip formula), with
-  the stack formula, and with q and k stacked into one norm;
-* the adaLN LayerNorm + modulation, and the gated residual (`addcmul`);
+* q/k RMS norm + RoPE: as the block does it on CUDA (one Triton kernel, `inferix_core.kernels.qk_norm_rope`),
+  as Inductor fuses the modules (`SelfAttention.qk_norm` + `apply_rope`, the flip formula), with the stack
+  formula, and with q and k stacked into one norm;
+* the adaLN LayerNorm + modulation, alone and after the residual add, as the block runs them on CUDA (one Triton
+  kernel, `inferix_core.kernels.layer_norm_modulate`, at 1, 2 and 4 rows a program) and as Inductor fuses the
+  modules; the gated residual (`addcmul`);
 * the FFN with the bias + tanh GELU in cuBLASLt's GEMM epilogue (`FeedForward`, as built) against the GELU
   as its own pass, and the whole block (no cache) both ways;
 * each under Inductor's defaults, with `coordinate_descent_tuning` (its block-size search), with
@@ -37,8 +40,12 @@ from torch import nn
 from bench.inductor_choices import persistent_row_reductions
 from bench.kernel_efficiency import _time
 from inferix_core.benchmark import PRESETS
+from inferix_core.kernels import layer_norm_modulate as lnm
+from inferix_core.kernels.qk_norm_rope import qk_norm_rope
 from inferix_core.models.wan.causal_transformer import AttentionBlock, SelfAttention
 from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope, rotate_pairs_stack
+
+ROWS_AS_BUILT = lnm.ROWS_PER_PROGRAM
 
 # Inductor options per pass: its defaults; its block-size search; multi-kernel, which also builds the
 # reductions over d = 1,536 as persistent kernels (one read of each row; the default keeps them looped above
@@ -118,6 +125,10 @@ def steps(block: AttentionBlock, tokens: int, frames: int, heads: int, head_dim:
 
         return one(attn.norm_q, q), one(attn.norm_k, k)
 
+    def qk_fused(q, k, f):  # as the block runs it on CUDA: one Triton kernel (inferix_core.kernels)
+        fq, fk = qk_norm_rope(q, k, attn.norm_q.weight, attn.norm_k.weight, f, attn.norm_q.eps)
+        return fq.view(1, tokens, heads, head_dim), fk.view(1, tokens, heads, head_dim)
+
     def qk_stack(q, k, f):
         def one(norm, t):
             return rope_stack(SelfAttention.qk_norm(norm, t).view(1, tokens, heads, head_dim), f, bf)
@@ -136,6 +147,31 @@ def steps(block: AttentionBlock, tokens: int, frames: int, heads: int, head_dim:
         e = mod.chunk(6, dim=2)
         scale = 1 + mod[:, :, 1:2]
         return torch.addcmul(e[0], block.norm1(x_).unflatten(1, (frames, -1)), scale).flatten(1, 2)
+
+    def modulation_rows(e0_):  # shift and scale as the block takes them: strided per-frame views
+        mod = block.modulation.unsqueeze(1) + e0_
+        return mod[:, :, 0:1], (1 + mod[:, :, 1::3]).chunk(2, dim=2)[0]
+
+    def modulate_fused(rows_per_program):
+        def run(x_, e0_):  # as the block runs it on CUDA: one Triton kernel (inferix_core.kernels)
+            lnm.ROWS_PER_PROGRAM = rows_per_program
+            try:
+                return lnm.layer_norm_modulate(x_, *modulation_rows(e0_), block.norm1.eps)
+            finally:
+                lnm.ROWS_PER_PROGRAM = ROWS_AS_BUILT
+
+        run.eager = True  # one kernel: nothing for Inductor to fuse, and the row count is read per call
+        return run
+
+    def add_modulate(x_, y_, e0_):  # x + cross-attention, then norm2 + modulation, as the modules
+        shift, scale = modulation_rows(e0_)
+        x_ = x_ + y_
+        return x_, torch.addcmul(shift, block.norm2(x_).unflatten(1, (frames, -1)), scale).flatten(1, 2)
+
+    def add_modulate_fused(x_, y_, e0_):
+        return lnm.add_layer_norm_modulate(x_, y_, *modulation_rows(e0_), block.norm2.eps)
+
+    add_modulate_fused.eager = True
 
     def residual(x_, y_, e0_):
         gate = (block.modulation.unsqueeze(1) + e0_)[:, :, 2:3]
@@ -164,15 +200,49 @@ def steps(block: AttentionBlock, tokens: int, frames: int, heads: int, head_dim:
     whole_block.compiles_inside = whole_block_two_pass.compiles_inside = True
 
     return {
-        "qk norm + RoPE (as built)": (qk_as_built, (qr, kr, freqs), 4 * tokens * d * el, None),
-        "qk norm + RoPE, stack formula": (qk_stack, (qr, kr, freqs), 4 * tokens * d * el, "qk norm + RoPE (as built)"),
+        "qk norm + RoPE, Inductor (flip)": (qk_as_built, (qr, kr, freqs), 4 * tokens * d * el, None),
+        "qk norm + RoPE, fused kernel (as built)": (
+            qk_fused,
+            (qr, kr, freqs),
+            4 * tokens * d * el,
+            "qk norm + RoPE, Inductor (flip)",
+        ),
+        "qk norm + RoPE, stack formula": (
+            qk_stack,
+            (qr, kr, freqs),
+            4 * tokens * d * el,
+            "qk norm + RoPE, Inductor (flip)",
+        ),
         "qk norm + RoPE, q and k stacked": (
             qk_stacked,
             (qr, kr, freqs),
             4 * tokens * d * el,
-            "qk norm + RoPE (as built)",
+            "qk norm + RoPE, Inductor (flip)",
         ),
-        "adaLN LayerNorm + modulation": (modulate, (x, e0), 2 * tokens * d * el, None),
+        "adaLN LayerNorm + modulation, Inductor": (modulate, (x, e0), 2 * tokens * d * el, None),
+        "adaLN LayerNorm + modulation, fused kernel (as built)": (
+            modulate_fused(ROWS_AS_BUILT),
+            (x, e0),
+            2 * tokens * d * el,
+            "adaLN LayerNorm + modulation, Inductor",
+        ),
+        **{
+            f"adaLN LayerNorm + modulation, fused kernel, {n} rows a program": (
+                modulate_fused(n),
+                (x, e0),
+                2 * tokens * d * el,
+                "adaLN LayerNorm + modulation, Inductor",
+            )
+            for n in (2, 4)
+            if n != ROWS_AS_BUILT
+        },
+        "residual + LayerNorm + modulation, Inductor": (add_modulate, (x, y, e0), 4 * tokens * d * el, None),
+        "residual + LayerNorm + modulation, fused kernel (as built)": (
+            add_modulate_fused,
+            (x, y, e0),
+            4 * tokens * d * el,
+            "residual + LayerNorm + modulation, Inductor",
+        ),
         "gated residual": (residual, (x, y, e0), 3 * tokens * d * el, None),
         # GEMMs and attention inside: timed, not set against a copy roof
         "FFN, GELU pass (two-pass)": (ffn_two_pass, (x,), None, None),
@@ -214,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.only not in name:
                 continue
             torch._dynamo.reset()
-            if getattr(fn, "compiles_inside", False):
+            if getattr(fn, "eager", False):
+                compiled = fn
+            elif getattr(fn, "compiles_inside", False):
                 block.compile(dynamic=False, options=options)
                 compiled: Callable = fn
             else:

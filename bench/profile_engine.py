@@ -65,8 +65,26 @@ def main(argv: list[str] | None = None) -> int:
         help="compile the norms over d as persistent reductions where their reduction hint is one of HINTS "
         "(comma list, e.g. INNER or INNER,DEFAULT; bench/inductor_choices.py)",
     )
+    p.add_argument(
+        "--no-fused-norm-rope",
+        action="store_true",
+        help="q/k RMSNorm + RoPE as the modules (Inductor's fusion) instead of the Triton kernel the blocks run",
+    )
+    p.add_argument(
+        "--no-fused-norms",
+        action="store_true",
+        help="the adaLN LayerNorm + modulation as the modules (Inductor's fusion) instead of the Triton kernel",
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    if args.no_fused_norm_rope:
+        from inferix_core.models.wan.causal_transformer import SelfAttention
+
+        SelfAttention.fused_norm_rope = False
+    if args.no_fused_norms:
+        from inferix_core.models.wan.causal_transformer import AttentionBlock
+
+        AttentionBlock.fused_norms = False
     if args.persistent_rows:  # this thread compiles the blocks; the graph cache's key does not see the handler
         from bench.inductor_choices import persistent_row_reductions
 

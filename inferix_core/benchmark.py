@@ -109,6 +109,15 @@ class BenchConfig:
     # "frame", CPU: "whole"), "whole" = whole blocks per decoder call, "release" = the previous decode state freed
     # entry by entry, "frame" = that and one latent frame per decoder call (the same frames, a smaller working set)
     vae_slicing: str | None = None
+    # q/k RMSNorm + RoPE as one Triton kernel on CUDA (inferix_core.kernels.qk_norm_rope, the default), or False:
+    # the modules as Inductor fuses them (the numbers before that kernel)
+    fused_norm_rope: bool = True
+    # the adaLN LayerNorm + modulation (and the residual add before norm2) as one Triton kernel on CUDA
+    # (inferix_core.kernels.layer_norm_modulate, the default), or False: the modules as Inductor fuses them
+    fused_norms: bool = True
+    # the residual stream token-major (CausalWanTransformer.row_major_stream, the default), or False: as the
+    # patch embedding leaves it, (B, D, L) transposed (the numbers before the fused norms)
+    row_major_stream: bool = True
 
     @classmethod
     def for_preset(cls, preset: str, **overrides) -> BenchConfig:
@@ -127,6 +136,9 @@ VARIANT_PARTS: dict[str, dict] = {
     "reduceoverhead": dict(compile=True, compile_mode="reduce-overhead"),  # torch's per-region graphs (fails: docs)
     "fa4": dict(attention="flash_attn_4"),  # FlashAttention-4 where its measured table says it is faster
     "fp8": dict(fp8=True),
+    "unfusedrope": dict(fused_norm_rope=False),  # q/k RMSNorm + RoPE as Inductor fuses the modules
+    "unfusednorms": dict(fused_norms=False),  # the adaLN LayerNorm + modulation as Inductor fuses the modules
+    "colstream": dict(row_major_stream=False),  # the residual stream left transposed, as before the fused norms
     # end to end, the Wan VAE: by default what load_world_model gives on CUDA (fast(), compiled with compile);
     # "vaefast" = fast() uncompiled, "vaeref" = the reference decode path (the numbers before issue #19)
     "vaefast": dict(vae_fast=True),
@@ -218,6 +230,15 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
         from .models.registry import set_attention_backend
 
         set_attention_backend(model, cfg.attention)
+    model.row_major_stream = cfg.row_major_stream
+    if not (cfg.fused_norm_rope and cfg.fused_norms):
+        from .models.wan.causal_transformer import AttentionBlock, SelfAttention
+
+        for module in model.modules():
+            if isinstance(module, SelfAttention):
+                module.fused_norm_rope = cfg.fused_norm_rope
+            if isinstance(module, AttentionBlock):
+                module.fused_norms = cfg.fused_norms
     if cfg.fp8:  # before compiling, so the compiled graph holds the fp8 layers
         from .models.fp8 import quantize_linears_fp8
 

@@ -17,6 +17,13 @@ from torch import nn
 from ...attention import get_attention_backend
 from ...compile_boundary import compile_boundary, mark_compile_boundaries
 from ...errors import BackendUnavailableError, ConfigError, ShapeMismatchError
+from ...kernels import register_kernels
+from ...kernels.layer_norm_modulate import (
+    add_layer_norm_modulate,
+    fused_layer_norm_modulate_supported,
+    layer_norm_modulate,
+)
+from ...kernels.qk_norm_rope import fused_qk_norm_rope_supported, qk_norm_rope
 from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput, action_inputs
 from .config import WanConfig
 from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoidal_embedding
@@ -77,13 +84,37 @@ class _Attention(nn.Module):
 
 
 class SelfAttention(_Attention):
+    """Self-attention over the chunk and the KV cache, with Wan's q/k RMSNorm and 3-axis RoPE.
+
+    On CUDA in inference the norms and the rotation of q and k run as one Triton kernel
+    (`inferix_core.kernels.qk_norm_rope`, the same roundings); `fused_norm_rope = False` turns it off.
+    """
+
+    fused_norm_rope = True
+
     def forward(self, x, freqs, kv=None, mask=None):
         b, s, _ = x.shape
         v = self.v(x).view(b, s, self.num_heads, self.head_dim)  # (B, L, H, D)
-        q = apply_rope(self.qk_norm(self.norm_q, self.q(x)).view(b, s, self.num_heads, self.head_dim), freqs, v.dtype)
-        k = apply_rope(self.qk_norm(self.norm_k, self.k(x)).view(b, s, self.num_heads, self.head_dim), freqs, v.dtype)
+        q, k = self.q(x), self.k(x)
+        if self._use_fused_norm_rope(q, k, v, freqs):
+            q, k = qk_norm_rope(q, k, self.norm_q.weight, self.norm_k.weight, freqs, self.norm_q.eps)
+            q, k = q.view(b, s, self.num_heads, self.head_dim), k.view(b, s, self.num_heads, self.head_dim)
+        else:
+            q = apply_rope(self.qk_norm(self.norm_q, q).view(b, s, self.num_heads, self.head_dim), freqs, v.dtype)
+            k = apply_rope(self.qk_norm(self.norm_k, k).view(b, s, self.num_heads, self.head_dim), freqs, v.dtype)
         out = self.attend_cached(q, k, v, kv, mask)  # (B, L, H, D)
         return self.o(out.flatten(2))
+
+    def _use_fused_norm_rope(self, q, k, v, freqs) -> bool:
+        return (
+            self.fused_norm_rope
+            and q.is_cuda  # first: the rest is never asked on the CPU
+            and type(self.norm_q) is RMSNorm
+            and type(self.norm_k) is RMSNorm
+            and self.norm_q.eps == self.norm_k.eps
+            and v.dtype == q.dtype
+            and fused_qk_norm_rope_supported(q, k, self.norm_q.weight, self.norm_k.weight, freqs)
+        )
 
     @staticmethod
     def qk_norm(norm: nn.Module, t: torch.Tensor) -> torch.Tensor:
@@ -195,13 +226,40 @@ class AttentionBlock(nn.Module):
             return t.unflatten(1, (num_frames, -1))
 
         # modulation x·(1 + scale) + shift and gated residuals x + y·gate: one addcmul each, not mul + add
-        y = self.self_attn(torch.addcmul(e[0], per_frame(self.norm1(x)), scale_attn).flatten(1, 2), freqs, kv, mask)
+        fused = self._use_fused_norms(x, e[0], scale_attn)
+        if fused:  # CUDA inference: LayerNorm + modulation as one Triton kernel (inferix_core.kernels)
+            h = layer_norm_modulate(x, e[0], scale_attn, self.norm1.eps)
+        else:
+            h = torch.addcmul(e[0], per_frame(self.norm1(x)), scale_attn).flatten(1, 2)
+        y = self.self_attn(h, freqs, kv, mask)
         x = torch.addcmul(per_frame(x), per_frame(y), e[2]).flatten(1, 2)
-        x = x + self.cross_attn(self.norm3(x), ctx_k, ctx_v, img_k, img_v)
-        if self.action_model is not None:
-            x = self.action_model(x, action)  # its own residuals, neither gated nor modulated
-        y = self.ffn(torch.addcmul(e[3], per_frame(self.norm2(x)), scale_ffn).flatten(1, 2))
+        y = self.cross_attn(self.norm3(x), ctx_k, ctx_v, img_k, img_v)
+        if fused and self.action_model is None and fused_layer_norm_modulate_supported(x, e[3], scale_ffn, y):
+            # the residual add, norm2 and its modulation in one kernel
+            x, h = add_layer_norm_modulate(x, y, e[3], scale_ffn, self.norm2.eps)
+        else:
+            x = x + y
+            if self.action_model is not None:
+                x = self.action_model(x, action)  # its own residuals, neither gated nor modulated
+            if fused and fused_layer_norm_modulate_supported(x, e[3], scale_ffn):
+                h = layer_norm_modulate(x, e[3], scale_ffn, self.norm2.eps)
+            else:
+                h = torch.addcmul(e[3], per_frame(self.norm2(x)), scale_ffn).flatten(1, 2)
+        y = self.ffn(h)
         return torch.addcmul(per_frame(x), per_frame(y), e[5]).flatten(1, 2)
+
+    fused_norms = True  # False: the norms and modulations run as the modules (Inductor fuses them when compiled)
+
+    def _use_fused_norms(self, x, shift, scale) -> bool:
+        return (
+            self.fused_norms
+            and x.is_cuda  # first: the rest is never asked on the CPU
+            and all(
+                type(n) is LayerNorm and n.weight is None and n.bias is None and n.eps == self.norm1.eps
+                for n in (self.norm1, self.norm2)
+            )
+            and fused_layer_norm_modulate_supported(x, shift, scale)
+        )
 
 
 class ImageProjection(nn.Module):
@@ -240,6 +298,11 @@ class Head(nn.Module):
 
 class CausalWanTransformer(nn.Module):
     """Wan 2.1 transformer computing one chunk of frames at a time against a KV cache."""
+
+    # The residual stream token-major, (B, L, D) contiguous: the patch embedding's (B, D, L) output transposed is
+    # not, and the blocks' elementwise ops keep their input's layout, so without the copy every block reads its
+    # norms' rows with a stride of L and the fused norm kernels (inferix_core.kernels) cannot take them.
+    row_major_stream = True
 
     def __init__(self, config: WanConfig):
         super().__init__()
@@ -406,6 +469,8 @@ class CausalWanTransformer(nn.Module):
         x = self.patch_embedding(x.to(self.patch_embedding.weight.dtype))
         grid = x.shape[2:]  # (f, h, w)
         x = x.flatten(2).transpose(1, 2)
+        if self.row_major_stream:  # one copy; otherwise every block's output keeps this transposed layout
+            x = x.contiguous()
         # 2. time (+ action) embedding, one row per frame
         e = self.time_embedding(sinusoidal_embedding(cfg.freq_dim, timestep.flatten()).type_as(x))  # (B*F, dim)
         if action is not None:
@@ -459,6 +524,7 @@ def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> Caus
     precisions; fused reductions may round differently (bf16-level on GPU, ~1e-6 in fp32).
     """
     mark_compile_boundaries()  # attend_cached and the attention backends' host-side steps stay eager
+    register_kernels()  # the fused norm kernels' torch ops, defined before the first trace (not at import)
     options = dict(BLOCK_INDUCTOR_OPTIONS) if mode is None and BLOCK_INDUCTOR_OPTIONS else None
     for block in model.blocks:
         block.compile(mode=mode, dynamic=False, options=options)
