@@ -7,16 +7,14 @@ to the exact roundings, bfloat16 (converted by truncation there) to a few units 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+import contextlib
 
 import pytest
 import torch
 
 from inferix_core.kernels import layer_norm_modulate as fused
 from inferix_core.kernels.qk_norm_rope import triton_available
+from tests.kernels.interpreted import run_interpreted
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
 
@@ -34,6 +32,21 @@ def make_inputs(shape, dtype, device, seed):
     shift = mod[:, :, 0:1]  # stride 6·width between frames
     scale = (1 + mod[:, :, 1::3]).chunk(2, dim=2)[0]  # stride 2·width
     return x, res, shift, scale
+
+
+@contextlib.contextmanager
+def counting_kernel_calls():
+    """The names of the fused kernels the blocks call ("ln", "add"), in order."""
+    from inferix_core.models.wan import causal_transformer as ct
+
+    calls: list[str] = []
+    real = ct.layer_norm_modulate, ct.add_layer_norm_modulate
+    ct.layer_norm_modulate = lambda *a: calls.append("ln") or real[0](*a)
+    ct.add_layer_norm_modulate = lambda *a: calls.append("add") or real[1](*a)
+    try:
+        yield calls
+    finally:
+        ct.layer_norm_modulate, ct.add_layer_norm_modulate = real
 
 
 def spec(x, shift, scale, eps, residual=None):
@@ -86,13 +99,7 @@ print(json.dumps(out))
 
 
 def test_interpreted_kernel_is_the_modules_arithmetic():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run(
-        [sys.executable, "-c", _INTERPRETED.format(root=root)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    rows = run_interpreted(_INTERPRETED)
     assert len(rows) == 2 * 3 * len(SHAPES)
     for r in rows:
         assert r["finite"] and r["same_shape"] and r["dtype_out"] == r["dtype"], r
@@ -117,15 +124,8 @@ def test_cuda_block_matches_unfused_modules(dtype):
     ctx = torch.randn(b, cfg.text_len, cfg.dim, device="cuda", dtype=dtype)
     with torch.no_grad():
         ctx_k, ctx_v = block.cross_attn.context_kv(ctx)
-    calls = []
-    real = ct.layer_norm_modulate, ct.add_layer_norm_modulate
-    try:
-        ct.layer_norm_modulate = lambda *a: calls.append("ln") or real[0](*a)
-        ct.add_layer_norm_modulate = lambda *a: calls.append("add") or real[1](*a)
-        with torch.no_grad():
-            fused_out = block(x, e0, freqs, ctx_k, ctx_v, f)
-    finally:
-        ct.layer_norm_modulate, ct.add_layer_norm_modulate = real
+    with counting_kernel_calls() as calls, torch.no_grad():
+        fused_out = block(x, e0, freqs, ctx_k, ctx_v, f)
     assert calls == ["ln", "add"], calls
     with torch.no_grad():
         block.fused_norms = False
@@ -173,15 +173,8 @@ def test_cuda_transformer_takes_the_kernel_in_every_block():
     x = torch.randn(1, cfg.in_dim, 3, 8, 10, device="cuda", dtype=torch.bfloat16)
     t = torch.full((1, 3), 500.0, device="cuda")
     ctx = torch.randn(1, cfg.text_len, cfg.text_dim, device="cuda", dtype=torch.bfloat16)
-    calls = []
-    real = ct.layer_norm_modulate, ct.add_layer_norm_modulate
-    try:
-        ct.layer_norm_modulate = lambda *a: calls.append("ln") or real[0](*a)
-        ct.add_layer_norm_modulate = lambda *a: calls.append("add") or real[1](*a)
-        with torch.no_grad():
-            out = model(x, t, ctx)
-    finally:
-        ct.layer_norm_modulate, ct.add_layer_norm_modulate = real
+    with counting_kernel_calls() as calls, torch.no_grad():
+        out = model(x, t, ctx)
     assert calls == ["ln", "add"] * cfg.num_layers, calls
     with torch.no_grad():
         model.row_major_stream = False

@@ -8,16 +8,12 @@ to the unfused modules' own results, eagerly and inside `torch.compile`, and the
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from inferix_core.kernels import qk_norm_rope as fused
 from inferix_core.models.wan.layers import RotaryEmbedding3D
+from tests.kernels.interpreted import run_interpreted
 
 pytestmark = pytest.mark.skipif(not fused.triton_available(), reason="Triton is not installed")
 
@@ -78,13 +74,7 @@ print(json.dumps(out))
 
 
 def test_interpreted_kernel_is_wans_arithmetic():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run(
-        [sys.executable, "-c", _INTERPRETED.format(root=root)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    rows = run_interpreted(_INTERPRETED)
     assert len(rows) == 2 * 2 * len(SHAPES)
     for r in rows:
         assert r["finite"] and r["shape"] == r["want_shape"] and r["dtype_out"] == r["dtype"], r
