@@ -8,7 +8,8 @@
 #         (the tracked tree is ~62 of the device's 64 MiB: carry only its code, e.g. `git --git-dir=MIRROR archive HEAD
 #         configs model pipeline utils wan demo_utils '*.py' | tar -x -C .ref/sfm`, 0.8 MB; prompts/, images/ stay)
 #   PARTS=tests,diffusion,e2e  (the default: all three) runs only the parts named, for a call split in two;
-#         `profile` adds bench/profile_engine.py --efficiency (each kernel group against its measured peak)
+#         `profile` adds bench/profile_engine.py --efficiency (each kernel group against its measured peak);
+#         `offload` adds bench/offload_hiding_ab.py (the offload's transfer hiding, the eighth pass's levers on/off)
 #   DIFF_VARIANTS / E2E_VARIANTS  override the variant lists (FA4 variants are added to the diffusion list
 #         only when flash_attn.cute imports: pip install '.[fa4]' first)
 set -u
@@ -31,8 +32,12 @@ if python -c "import flash_attn.cute.interface" 2>/dev/null; then
 else
   echo "flash-attn-4: not installed (fa4 variants skipped; its CUDA test skips)" | tee -a "$OUT/gpu.txt"
 fi
-part tests && timeout 100 python -m pytest -m cuda -v -rs -p no:cacheprovider \
-  tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py 2>&1 | tail -60 | tee "$OUT/cuda_tests.txt"
+# the tests run from a copy without the pack's __init__.py: it imports the nodes, hence PyAV, absent on the GPU image
+TESTS_COPY=/tmp/inferix_tests_copy
+if part tests || part offload; then rm -rf "$TESTS_COPY" && cp -r . "$TESTS_COPY" && rm -f "$TESTS_COPY/__init__.py"; fi
+part tests && (cd "$TESTS_COPY" && timeout 150 python -m pytest -m cuda -v -rs -p no:cacheprovider \
+  tests/models/test_cuda_graphs_cuda.py tests/attention/test_fa4_backend.py tests/kernels 2>&1) | tail -60 | tee "$OUT/cuda_tests.txt"
+part offload && (cd "$TESTS_COPY" && timeout 200 python bench/offload_hiding_ab.py 2>&1) | tail -30 | tee "$OUT/offload_ab.txt"
 part diffusion && timeout 190 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what diffusion --variants "$VARIANTS" \
   --warmup 1 --repeats 3 --json "$OUT/graphs_diffusion.json" 2>&1 | grep -v "^\s*$" | tail -40 | tee "$OUT/graphs_diffusion.txt"
 part e2e && timeout 260 python bench/compare_reference.py ${REFARG[@]+"${REFARG[@]}"} --what e2e --variants "$E2E" \
