@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .qk_norm_rope import _note_once, triton
+from .lazy_ops import LazyOps, triton
 
 _SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 _MAX_WIDTH = 16384
@@ -88,37 +88,19 @@ if triton is not None:
         return plain, with_residual
 
 
-_ops: tuple | None = None  # (plain, with residual): defined by `register`, as qk_norm_rope's op (not at import)
-
-
-def register() -> bool:
-    """Define the two torch ops once; False without Triton. `compile_blocks` calls it before any trace."""
-    global _ops
-    if triton is None:
-        return False
-    if _ops is None:
-        _ops = _define_ops()
-    return True
-
-
-def registered() -> bool:
-    return _ops is not None
+OPS = LazyOps("the fused LayerNorm + modulation kernels", _define_ops if triton is not None else None)
 
 
 def layer_norm_modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     """x (B, L, D) → shift + LayerNorm(x) · scale, shift/scale (B, F, 1, D) per frame of L/F tokens; (B, L, D)."""
-    if _ops is None and not register():
-        raise RuntimeError("layer_norm_modulate needs Triton: pip install triton (CUDA builds of torch include it)")
-    return _ops[0](x, shift, scale, eps)
+    return OPS.get()[0](x, shift, scale, eps)
 
 
 def add_layer_norm_modulate(
     x: torch.Tensor, residual: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + residual, shift + LayerNorm(x + residual) · scale), as `layer_norm_modulate`."""
-    if _ops is None and not register():
-        raise RuntimeError("add_layer_norm_modulate needs Triton: pip install triton")
-    return _ops[1](x, residual, shift, scale, eps)
+    return OPS.get()[1](x, residual, shift, scale, eps)
 
 
 def fused_layer_norm_modulate_supported(
@@ -127,16 +109,8 @@ def fused_layer_norm_modulate_supported(
     """Whether the kernel computes what `LayerNorm` (no affine) + `torch.addcmul` compute for these operands:
     CUDA inference, bf16/fp16 throughout, contiguous (B, L, D) rows, per-frame (B, F, 1, D) modulation rows
     with F dividing L."""
-    if triton is None or not x.is_cuda or torch.is_grad_enabled():
+    if not x.is_cuda or torch.is_grad_enabled() or not OPS.usable():
         return False
-    if _ops is None:  # eagerly, defined on first use; inside a trace only if registered before
-        if torch.compiler.is_compiling():
-            _note_once(
-                "the fused LayerNorm + modulation kernels were not registered before this compile: the modules "
-                "run (inferix_core.kernels.register_kernels(), which compile_blocks calls, registers them)"
-            )
-            return False
-        register()
     return operands_fit(x, shift, scale, residual)
 
 
@@ -161,10 +135,9 @@ def operands_fit(
 
 
 __all__ = [
+    "OPS",
     "add_layer_norm_modulate",
     "fused_layer_norm_modulate_supported",
     "layer_norm_modulate",
     "operands_fit",
-    "register",
-    "registered",
 ]

@@ -10,33 +10,22 @@ token's q and k rows, reads each once, splits the pairs in registers and writes 
 The arithmetic is the eager path's, rounding for rounding (`RMSNorm(out_dtype=float32)` then `apply_rope`):
 normalise in float32, round to the input dtype, multiply by the weight and round again, rotate in float32,
 round once to the output dtype. `qk_norm_rope` calls a `torch.library.triton_op`, so `torch.compile` keeps it
-as one kernel inside its graphs (and CUDA graphs capture it); that op is defined on first use or by `register`,
-not at import. `fused_qk_norm_rope_supported` says when it applies, and callers run the unfused modules otherwise.
+as one kernel inside its graphs (and CUDA graphs capture it); that op is defined on first use or by `register_kernels`,
+not at import (`lazy_ops`). `fused_qk_norm_rope_supported` says when it applies, and callers run the unfused modules otherwise.
 """
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-logger = logging.getLogger(__name__)
-
-try:  # Triton ships with CUDA builds of torch; CPU builds and some platforms have none
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the install
-    triton = None
+from .lazy_ops import LazyOps, triton, triton_available
 
 _SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 _MAX_WIDTH = 16384  # one token's row is held in registers
 
 
-def triton_available() -> bool:
-    return triton is not None
-
-
 if triton is not None:
+    import triton.language as tl
 
     @triton.jit
     def _norm_rope_row(src, w_ptr, dst, row, stride, even, pair_mask, cos, sin, eps, WIDTH: tl.constexpr):
@@ -98,54 +87,14 @@ if triton is not None:
         return op
 
 
-_op = None  # the torch op, defined by `register` (torch.library.triton_op imports torch._dynamo: 1.7 s of start-up)
-
-
-def register() -> bool:
-    """Define the kernel's torch op once; False without Triton. `compile_blocks` calls it before any trace."""
-    global _op
-    if triton is None:
-        return False
-    if _op is None:
-        _op = _define_op()
-    return True
-
-
-def registered() -> bool:
-    return _op is not None
+OPS = LazyOps("the fused q/k norm + RoPE kernel", _define_op if triton is not None else None)
 
 
 def qk_norm_rope(
     q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, weight_k: torch.Tensor, freqs: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, L, D) q and k → RMSNorm over D, then RoPE by freqs (L, 1, D/H/2, 2) float32 (cos, sin); (B, L, D)."""
-    if _op is None and not register():
-        raise RuntimeError("qk_norm_rope needs Triton: pip install triton (CUDA builds of torch include it)")
-    return _op(q, k, weight_q, weight_k, freqs, eps)
-
-
-_noted: set[str] = set()
-
-
-def _note_once(message: str) -> None:
-    if message not in _noted:
-        _noted.add(message)
-        logger.info(message)
-
-
-def usable_in_this_trace() -> bool:
-    """Eagerly, define the op on first use; inside a trace, only if it was defined before (defining a torch op
-    while dynamo traces is not supported): `compile_blocks` registers it, a bare `torch.compile` of a module that
-    never ran eagerly on CUDA gets the modules, and says so once."""
-    if _op is not None:
-        return True
-    if torch.compiler.is_compiling():
-        _note_once(
-            "the fused q/k norm + RoPE kernel was not registered before this compile: the modules run "
-            "(inferix_core.kernels.register_kernels(), which compile_blocks calls, registers it)"
-        )
-        return False
-    return register()
+    return OPS.get()(q, k, weight_q, weight_k, freqs, eps)
 
 
 def fused_qk_norm_rope_supported(q: torch.Tensor, k: torch.Tensor, weight_q, weight_k, freqs: torch.Tensor) -> bool:
@@ -154,12 +103,7 @@ def fused_qk_norm_rope_supported(q: torch.Tensor, k: torch.Tensor, weight_q, wei
     CUDA inference only (no autograd through a Triton kernel), bf16/fp16 activations with weights of the
     same dtype, rows contiguous in their last dimension, and one float32 (cos, sin) table row per token.
     """
-    if not (q.is_cuda and k.is_cuda) or torch.is_grad_enabled():
-        return False
-    if triton is None:
-        _note_once("Triton is not importable: the q/k RMSNorm and RoPE run as separate kernels (same results)")
-        return False
-    if not usable_in_this_trace():
+    if not (q.is_cuda and k.is_cuda) or torch.is_grad_enabled() or not OPS.usable():
         return False
     return operands_fit(q, k, weight_q, weight_k, freqs)
 
@@ -184,4 +128,4 @@ def operands_fit(q: torch.Tensor, k: torch.Tensor, weight_q, weight_k, freqs: to
     )
 
 
-__all__ = ["fused_qk_norm_rope_supported", "qk_norm_rope", "register", "registered", "triton_available"]
+__all__ = ["OPS", "fused_qk_norm_rope_supported", "operands_fit", "qk_norm_rope", "triton_available"]

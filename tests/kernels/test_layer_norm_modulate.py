@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from inferix_core.kernels import layer_norm_modulate as fused
-from inferix_core.kernels.qk_norm_rope import triton_available
+from inferix_core.kernels.lazy_ops import triton_available
 from tests.kernels.interpreted import run_interpreted
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
