@@ -12,7 +12,7 @@ frame (`fidelity_bound.track_offsets`). From the offsets and the truth's own pos
             = 1 + (offset_a − offset_none) / (position_a − position_none)     at the last scored frame
 
 1 is a car that responds as the renderer's; below 1, one that under-reacts (a mean-reverting speed). An offset
-is known only modulo one stripe period (8 units, `TRACK_OFFSETS`), so the gain is read where the truth's extra
+is known only modulo one stripe period (`offsets_for`: 8 units in the first v2 world), so the gain is read where the truth's extra
 distance is large against the offsets and the offsets stay inside ±4 (flagged per episode otherwise).
 """
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from inferix_core.world import road
 
-from .fidelity_bound import PREFIX_FRAMES, TRACK_OFFSETS, Episode, V2World, track_offsets
+from .fidelity_bound import PREFIX_FRAMES, Episode, V2World, offsets_for, track_offsets
 
 HELD = {"none": road.NONE, "accelerate": road.ACCEL, "brake": road.BRAKE}
 
@@ -51,9 +51,9 @@ def measure(bundle, episodes: int = 8, seconds: float = 2.0, log=print) -> dict:
     """Per held action: the model's offsets from the truth per frame, the truth's extra distance, the gain."""
     import torch
 
-    from .evaluate import rollout
+    from .evaluate import rollout, world_spec_of
 
-    world = V2World(bundle.config.get("height", 96))
+    world = V2World(bundle.config.get("height", 96), world_spec_of(bundle.config))
     num_latent = 3 + 3 * int(np.ceil(seconds * road.FPS / 12))
     sl = slice(PREFIX_FRAMES, PREFIX_FRAMES + int(seconds * road.FPS))
     last = sl.stop - 1
@@ -71,7 +71,7 @@ def measure(bundle, episodes: int = 8, seconds: float = 2.0, log=print) -> dict:
         for name in ("accelerate", "brake"):
             extra = row[name]["travelled"] - row["none"]["travelled"]
             d_off = row[name]["offset"][-1] - row["none"]["offset"][-1]
-            edge = max(abs(row[name]["offset"][-1]), abs(row["none"]["offset"][-1])) >= TRACK_OFFSETS[-1]
+            edge = max(abs(row[name]["offset"][-1]), abs(row["none"]["offset"][-1])) >= offsets_for(world.spec)[-1]
             row[f"{name}_gain"] = {"truth_extra": extra, "model_extra": extra + d_off, "gain": 1 + d_off / extra,
                                    "at_search_edge": bool(edge)}  # fmt: skip
         rows.append(row)

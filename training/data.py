@@ -46,6 +46,11 @@ class DatasetSpec:
     width: int = 96
     seed: int = 0
     scenes: tuple[str, ...] = field(default_factory=world_scenes)
+    world: dict = field(default_factory=dict)  # WorldSpec fields that differ from the renderer's defaults
+
+    @property
+    def world_spec(self) -> road.WorldSpec:
+        return road.WorldSpec.from_dict(self.world)
 
     @property
     def num_frames(self) -> int:
@@ -59,7 +64,7 @@ class DatasetSpec:
         return index % len(self.scenes)
 
     def to_dict(self) -> dict:
-        return {**self.__dict__, "scenes": list(self.scenes)}
+        return {**self.__dict__, "scenes": list(self.scenes), "world": dict(self.world)}
 
     @classmethod
     def from_dict(cls, d: dict) -> DatasetSpec:
@@ -70,7 +75,12 @@ def render_one(spec: DatasetSpec, index: int) -> np.ndarray:
     lat = episode_actions(spec.seed, index, spec.num_latent_frames)
     scene = spec.scenes[spec.scene_index(index)]
     return render_episode(
-        episode_seed(spec.seed, index), latent_to_pixel_actions(lat), spec.height, spec.width, scene=scene
+        episode_seed(spec.seed, index),
+        latent_to_pixel_actions(lat),
+        spec.height,
+        spec.width,
+        scene=scene,
+        spec=spec.world_spec,
     )
 
 

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -73,17 +73,24 @@ class World:
     height: int
     width: int
     scenes: tuple[str | None, ...]
+    spec: road.WorldSpec = field(default_factory=road.WorldSpec)  # the constants it was trained with
 
     def render(self, seed: int, pixel_actions: np.ndarray, scene: str | None = None) -> np.ndarray:
-        return road.render_episode(seed, pixel_actions, self.height, self.width, scene=scene)
+        return road.render_episode(seed, pixel_actions, self.height, self.width, scene=scene, spec=self.spec)
 
     def scene(self, i: int) -> str | None:
         return self.scenes[i % len(self.scenes)]
 
 
+def world_spec_of(config: dict) -> road.WorldSpec:
+    """The world constants a bundle was trained with: its config's `world_spec`, or the first v2 bundles'."""
+    return road.WorldSpec.from_dict(config.get("world_spec", road.FIRST_V2_WORLD))
+
+
 def world_of(bundle: BundledWorldModel) -> World:
     """The v2 world of a v2 bundle (a prompt section, or "world": "road"), at its size with its scenes.
 
+    Its constants are `world_spec` in config.json; bundles without one are the first v2 ones (`FIRST_V2_WORLD`).
     A version-1 bundle (64², one fixed context) was trained on the v1 world, which left the tree with its
     weights; its evaluation is that of commit 084f673 (`git show 084f673:training/evaluate.py`).
     """
@@ -94,7 +101,7 @@ def world_of(bundle: BundledWorldModel) -> World:
             f"this bundle was trained on world '{name}' (a version-1 bundle); evaluate it at commit 084f673, "
             "where its world and evaluation are"
         )
-    return World(name, int(cfg["height"]), int(cfg["width"]), tuple(cfg.get("scenes", SCENES)))
+    return World(name, int(cfg["height"]), int(cfg["width"]), tuple(cfg.get("scenes", SCENES)), world_spec_of(cfg))
 
 
 def scene_context(bundle: BundledWorldModel, scene: str | None) -> torch.Tensor:

@@ -117,11 +117,11 @@ class V2World:
     """road.py at 96², the scenes in turn, the episodes of `evaluate.fidelity`."""
 
     name = "v2"
-    spec = road.WorldSpec()
     box = staticmethod(_box_v2)
 
-    def __init__(self, size: int = 96):
+    def __init__(self, size: int = 96, spec: road.WorldSpec | None = None):
         self.size = size
+        self.spec = spec or road.WorldSpec()  # a bundle's own: `evaluate.world_of(bundle).spec`
 
     def episode(self, i: int, num_latent: int) -> Episode:
         idx, scene = FIDELITY_BASE + i, road.SCENES[i % len(road.SCENES)]
@@ -131,17 +131,17 @@ class V2World:
         return Episode(idx, seed, scene, lat, pa, self.render(seed, pa, scene))
 
     def render_without(self, ep: Episode, drop: frozenset[str], edit: Callable | None = None) -> np.ndarray:
-        world = _without(road.RoadWorld, drop)(ep.seed, 2 * self.size, 2 * self.size, scene=ep.scene)
+        world = _without(road.RoadWorld, drop)(ep.seed, 2 * self.size, 2 * self.size, spec=self.spec, scene=ep.scene)
         return _render_world(world, ep.actions, self.box, edit=edit)
 
     def render(self, seed: int, actions: np.ndarray, scene: str | None, redraw: road.Redraw | None = None):
-        return road.render_episode(seed, actions, self.size, self.size, scene=scene, redraw=redraw)
+        return road.render_episode(seed, actions, self.size, self.size, scene=scene, redraw=redraw, spec=self.spec)
 
     def states(self, seed: int, actions: np.ndarray) -> tuple[tuple[float, float], ...]:
-        return road.hidden_future(seed, actions, PREFIX_FRAMES - 1, 0).states
+        return road.hidden_future(seed, actions, PREFIX_FRAMES - 1, 0, spec=self.spec).states
 
     def cars(self, seed: int, states) -> np.ndarray:
-        tr = road.RoadWorld(seed, 8, 8).traffic
+        tr = road.RoadWorld(seed, 8, 8, spec=self.spec).traffic
         return np.flatnonzero(road.cars_in_view(states, tr.start, tr.speed, self.spec.draw_distance))
 
 
@@ -402,18 +402,24 @@ def _faster(share: float) -> Callable:
     return edit
 
 
-# Car offsets searched by `track_offsets`: one stripe period (2 · stripe_len = 8 track units) centred on 0, so an
-# offset is only defined modulo 8 units; v2's car drives ~14 units/s, a 10 % speed error is 2.8 units after 2 s
-TRACK_OFFSETS = np.arange(-4.0, 4.0 + 1e-9, 0.125)
+OFFSET_STEP = 0.125  # track units between the offsets `track_offsets` tries
 
 
-def track_offsets(world, ep: Episode, frames: np.ndarray, sl: slice, offsets: np.ndarray = TRACK_OFFSETS) -> np.ndarray:
+def offsets_for(spec) -> np.ndarray:
+    """The car offsets `track_offsets` searches: one stripe period (2 · stripe_len track units) centred on 0, so an
+    offset is only defined modulo that period; v2's car drives ~14 units/s, a 10 % speed error is 2.8 units after 2 s."""
+    return np.arange(-spec.stripe_len, spec.stripe_len + 1e-9, OFFSET_STEP)
+
+
+def track_offsets(world, ep: Episode, frames: np.ndarray, sl: slice, offsets: np.ndarray | None = None) -> np.ndarray:
     """Per frame of `frames` (the scored slice `sl`), the offset d of the car along the track, from the last prefix
-    frame on, whose truth render (`_ahead(d)`) is closest to it in mean squared error.
+    frame on, whose truth render (`_ahead(d)`) is closest to it in mean squared error (`offsets`: default
+    `offsets_for(world.spec)`).
 
     Read on a model's frames, it is how far ahead (> 0) or behind the model's car has driven at each frame:
     whether the stripes' phase error is an early offset, a steady speed error (a ramp) or a random walk.
     """
+    offsets = offsets_for(world.spec) if offsets is None else offsets
     frames = frames.astype(np.float64)
     err = np.stack(
         [
@@ -424,7 +430,7 @@ def track_offsets(world, ep: Episode, frames: np.ndarray, sl: slice, offsets: np
     return offsets[err.argmin(0)]
 
 
-def _offset_summary(off: np.ndarray, fps: int) -> dict:
+def _offset_summary(off: np.ndarray, fps: int, searched: np.ndarray) -> dict:
     """(E, T) track offsets (+ = ahead of the truth) by half-second: signed mean, mean of |.|, and the raw rows."""
     half = max(1, fps // 2)
     starts = range(0, off.shape[1], half)
@@ -433,7 +439,7 @@ def _offset_summary(off: np.ndarray, fps: int) -> dict:
         "per_half_second_mean_abs": [float(np.abs(off[:, a : a + half]).mean()) for a in starts],
         "last_frame_per_episode": [float(x) for x in off[:, -1]],
         "per_episode_per_frame": off.tolist(),
-        "searched": [float(TRACK_OFFSETS[0]), float(TRACK_OFFSETS[-1]), float(TRACK_OFFSETS[1] - TRACK_OFFSETS[0])],
+        "searched": [float(searched[0]), float(searched[-1]), float(searched[1] - searched[0])],
     }
 
 
@@ -492,7 +498,7 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
     out["car_speed"] = {"mean": float(np.mean(speeds)), "per_episode": speeds}  # units/s over the scored frames
     for key, rows in (("model_track_offset", offsets), ("autoencoder_track_offset", ae_offsets)):
         if rows:
-            out[key] = _offset_summary(np.stack(rows), fps)
+            out[key] = _offset_summary(np.stack(rows), fps, offsets_for(world.spec))
     if row_error:  # where in the frame the model's squared error is, by bands of rows (fractions of the height)
         sq = np.mean(row_error, 0)
         h = len(sq)
@@ -566,6 +572,10 @@ def main(argv: list[str] | None = None) -> dict:
 
         torch.set_num_threads(args.threads)
         bundle = load_bundled(bundle_dir, device="cpu")
+        if world.name == "v2":  # the constants the bundle was trained with
+            from .evaluate import world_spec_of
+
+            world = V2World(args.size or 96, world_spec_of(bundle.config))
     ae = None if args.no_ae else _autoencoder(bundle.vae)
     results = {"command": "python -m training.fidelity_bound " + " ".join(sys.argv[1:] if argv is None else argv)}
     for mode in args.modes:

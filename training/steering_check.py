@@ -29,11 +29,19 @@ from .data import episode_actions, episode_seed
 from .evaluate import EVAL_SEED, STEER_BASE, road_and_grass, rollout, to_uint8, world_of
 
 
-def geometric_road_shift(seed: int, steer: np.ndarray, none: np.ndarray, rows: slice, size: int, scene: str) -> float:
+def geometric_road_shift(
+    seed: int,
+    steer: np.ndarray,
+    none: np.ndarray,
+    rows: slice,
+    size: int,
+    scene: str,
+    spec: road.WorldSpec | None = None,
+) -> float:
     """How far the renderer's projection moves the road centre over `rows` (px at `size`) from `none` to `steer`."""
 
     def centre(actions: np.ndarray) -> np.ndarray:
-        world = road.RoadWorld(seed, 2 * size, 2 * size, scene=scene)
+        world = road.RoadWorld(seed, 2 * size, 2 * size, spec=spec, scene=scene)
         for a in actions[1:]:
             world.step(int(a))
         z_s, _, clip_s, offset_s, _ = world._project()
@@ -65,6 +73,7 @@ def check(starts: int, size: int = 96, model: bool = False, ae: bool = True, bun
 
     bundle = load_bundled(bundle_dir) if (model or ae) else None
     world = world_of(bundle) if bundle is not None else None
+    spec = world.spec if world is not None else road.WorldSpec()
     n = 3
     rows = slice(int(0.6 * size), int(0.8 * size))
     max_shift = max(4, size // 4)
@@ -83,7 +92,11 @@ def check(starts: int, size: int = 96, model: bool = False, ae: bool = True, bun
                 k: np.concatenate([base, np.full(n, a)]) for k, a in (("left", LEFT), ("right", RIGHT), ("none", NONE))
             }
             pix = {k: latent_to_pixel_actions(v) for k, v in lat.items()}
-            frames = {"renderer": {k: road.render_episode(seed, v, size, size, scene=scene) for k, v in pix.items()}}
+            frames = {
+                "renderer": {
+                    k: road.render_episode(seed, v, size, size, scene=scene, spec=spec) for k, v in pix.items()
+                }
+            }
             if ae:
                 frames["autoencoder"] = {k: decode_encode(v) for k, v in frames["renderer"].items()}
             if model:
@@ -92,7 +105,7 @@ def check(starts: int, size: int = 96, model: bool = False, ae: bool = True, bun
                 }
             for k in ("left", "right"):
                 c = {"start": idx, "scene": scene, "steer": k}
-                c["geometric"] = round(geometric_road_shift(seed, pix[k], pix["none"], rows, size, scene), 2)
+                c["geometric"] = round(geometric_road_shift(seed, pix[k], pix["none"], rows, size, scene, spec), 2)
                 for src, f in frames.items():
                     last, none = f[k][-1], f["none"][-1]
                     c[f"{src}_road_centre"] = round(road_centre_shift(last, none, rows, *colours), 2)

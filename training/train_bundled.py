@@ -1,4 +1,4 @@
-"""End to end: render episodes → autoencoder → teacher forcing → rollout training → export.
+"""End to end: render episodes → autoencoder → teacher forcing → rollout training (→ focus rollouts) → export.
 
     python -m training.train_bundled --out OUT --work WORK                    # everything in one process
     python -m training.train_bundled --out OUT --work WORK --smoke            # CPU smoke test, < 60 s
@@ -11,6 +11,12 @@ The shipped run is two device calls of at most ~9.5 minutes each, on fresh machi
     # call 2: render again (deterministic) + rollout phase + export, from the files call 1 wrote
     python -m training.train_bundled --out $OUT --work /tmp/work --resume-from DIR --budget-seconds 480
 
+Or one process for the whole run, started detached so that it outlives time-limited calls (training/detached_run.sh),
+with a last phase of 4-block rollouts where the fidelity bar scores (docs/world_model.md, "A from-scratch run"):
+
+    python -m training.train_bundled --out OUT --work WORK --budget-seconds 1300 --tf-time 430 \
+        --rollout-time 230 --focus-time 470 --focus-blocks 4 --focus-clip-frames 12
+
 Every phase has a step cap and a wall-clock budget (the call's `--budget-seconds` caps them all);
 full checkpoints (with the optimiser) go to WORK every N steps, and at the end of each phase its weights
 go to OUT/resume (fp32 safetensors shards ≤ 15 MiB, state.json). The exported weights
@@ -21,6 +27,7 @@ fp16) go to OUT; copy them into inferix_core/assets/bundled/ to ship them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -99,6 +106,7 @@ def export(
         "action_names": list(ACTION_NAMES),
         "prompt": world.prompt.config.to_dict(),
         "world": "road",  # the renderer it was trained on (training/evaluate.py renders the truth with it)
+        "world_spec": dataclasses.asdict(spec.world_spec),  # its constants (evaluate renders with them)
         "scenes": list(spec.scenes),
         "fps": FPS,
         "height": spec.height,
@@ -135,7 +143,7 @@ def carry_from_bundle(bundle: Path, carry: Path) -> None:
     world.update({f"transformer.{k}": v for k, v in transformer.items()})
     save_carry(carry, "world", world)
     save_carry(carry, "ae", load_file(str(bundle / "vae.safetensors")))
-    last = training.get("rollout") or training["teacher_forcing"]
+    last = training.get("focus") or training.get("rollout") or training["teacher_forcing"]
     state = {
         "done": ["ae", "tf"],
         "ae_config": config["vae"]["config"],
@@ -162,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--episodes", type=int, default=3072)
     p.add_argument("--latent-frames", type=int, default=30, help="latent frames per episode (whole blocks)")
     p.add_argument("--size", type=int, default=96, help="frame height = width, a multiple of 16")
+    p.add_argument("--stripe-len", type=float, default=None,
+                   help="the world's stripe length (default: the renderer's, WorldSpec.stripe_len)")  # fmt: skip
     p.add_argument("--ae-steps", type=int, default=8000)
     p.add_argument("--ae-time", type=float, default=150.0, help="autoencoder wall-clock budget, seconds")
     p.add_argument("--tf-steps", type=int, default=20000)
@@ -173,6 +183,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rollout-blocks", type=int, default=None,
                    help="rollouts cover only the first N blocks of an episode (default: all of it)")  # fmt: skip
     p.add_argument("--clip-frames", type=int, default=18, help="latent frames per training clip")
+    p.add_argument(
+        "--focus-time",
+        type=float,
+        default=0.0,
+        help="seconds of a last rollout phase on short rollouts where the fidelity bar scores (0: none)",
+    )
+    p.add_argument(
+        "--focus-blocks", type=int, default=4, help="blocks per rollout of the focus phase (true one included)"
+    )
+    p.add_argument("--focus-clip-frames", type=int, default=12, help="latent frames per clip of the focus phase")
+    p.add_argument("--focus-lr", type=float, default=1e-4, help="peak LR of the focus phase (fresh AdamW)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--compile", action="store_true",
                    help="compile the transformer's blocks for training and rollouts (~40 s to compile; at batch 128 "
@@ -194,6 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     block = SAMPLING["block_frames"]
     if args.rollout_blocks is not None and args.rollout_blocks * block < args.clip_frames:
         raise SystemExit(f"error: --rollout-blocks {args.rollout_blocks} cannot hold a {args.clip_frames}-frame clip")
+    if args.focus_time > 0 and args.focus_blocks * block < args.focus_clip_frames:
+        raise SystemExit(
+            f"error: --focus-blocks {args.focus_blocks} cannot hold a {args.focus_clip_frames}-frame clip: "
+            f"raise --focus-blocks to {-(-args.focus_clip_frames // block)} or lower --focus-clip-frames"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     if args.continue_from is not None:
         if args.resume_from is not None:
@@ -228,8 +254,9 @@ def main(argv: list[str] | None = None) -> None:
         (carry_out / "state.json").write_text(json.dumps(state, indent=1))
 
     # 1. render (in the background while the autoencoder trains); fork the workers before CUDA starts
+    world_overrides = {} if args.stripe_len is None else {"stripe_len": args.stripe_len}
     spec = DatasetSpec(num_episodes=args.episodes, num_latent_frames=args.latent_frames, height=args.size,
-                       width=args.size)  # fmt: skip
+                       width=args.size, world=world_overrides)  # fmt: skip
     job = RenderJob(args.work / "data", spec, workers=args.workers, chunk=1 if args.smoke else 8)
     log(f"device {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}), args {vars(args)}")
     log(f"phases done before this call: {state['done']}")
@@ -321,9 +348,22 @@ def main(argv: list[str] | None = None) -> None:
         )  # fmt: skip
         state["rollout"] = rec
         state["done"].append("rollout")
+
+    # 6. focus: rollouts of the first few blocks only, the situation the fidelity bar scores (the shipped calls 3
+    # and 4 did this as continuations; here it is the same run's last phase)
+    if args.focus_time > 0 and "focus" not in state["done"]:
+        rec = train_world(
+            pool, world, sampling, cache_cfg, device,
+            Checkpointer(args.work / "focus.pt", args.ckpt_every, args.resume),
+            state["rollout"]["steps"] + args.rollout_steps, min(args.focus_time, left(40.0)), batch=args.batch,
+            lr=args.focus_lr, clip_frames=args.focus_clip_frames, rollout_share=args.rollout_share,
+            rollout_blocks=args.focus_blocks, start_step=state["rollout"]["steps"], phase="focus", log=log,
+        )  # fmt: skip
+        state["focus"] = rec
+        state["done"].append("focus")
     job.wait()
 
-    # 6. export (the carry is no longer needed: it moves to WORK, so OUT holds just the shippable files)
+    # 7. export (the carry is no longer needed: it moves to WORK, so OUT holds just the shippable files)
     info = {
         "command": "python -m training.train_bundled " + " ".join(sys.argv[1:] if argv is None else argv),
         "device": str(device),
@@ -335,6 +375,9 @@ def main(argv: list[str] | None = None) -> None:
         "rollout": state.get("rollout"),
         "rollout_share": args.rollout_share,
         "rollout_blocks": args.rollout_blocks,
+        "focus": state.get("focus"),
+        "focus_blocks": args.focus_blocks if state.get("focus") else None,
+        "focus_clip_frames": args.focus_clip_frames if state.get("focus") else None,
         "earlier_calls": state.get("earlier_calls", []),
         "seconds_this_call": round(time.time() - t_start, 1),
     }

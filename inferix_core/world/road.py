@@ -20,7 +20,7 @@ action for longer than about half a second changes lanes or leaves the road.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -81,6 +81,11 @@ def scene_from_prompt(prompt: str) -> str:
     return found[0]
 
 
+# The constants the first v2 bundles (the shipped one among them) were trained on; their config.json has no
+# "world_spec" (training.evaluate.world_spec_of).
+FIRST_V2_WORLD: dict = {"stripe_len": 4.0}
+
+
 @dataclass(frozen=True)
 class WorldSpec:
     """Constants of the world's physics and camera (units: road half-widths, seconds)."""
@@ -90,7 +95,10 @@ class WorldSpec:
     focal: float = 0.45  # pixels per unit at z = 1, as a fraction of the image width (and height)
     pitch_follow: float = 0.5  # the camera pitches by this share of the road's slope under the car
     road_half_width: float = 1.0
-    stripe_len: float = 4.0  # track length of one stripe (light or dark)
+    # Track length of one stripe (light or dark). At the cruise speed (13 units/s, 16 fps) stripes of 4 move 0.41 of
+    # their period per latent frame (4 pixel frames), near the latent rate's Nyquist limit; a world of 8 was trained
+    # once from scratch and not shipped (docs/world_model.md, "A from-scratch run in one command").
+    stripe_len: float = 4.0
     object_spacing: float = 9.0  # track distance between roadside objects
     draw_distance: float = 60.0
     max_speed: float = 20.0  # track units per second
@@ -105,6 +113,15 @@ class WorldSpec:
     traffic_spacing: float = 35.0  # mean track distance between other cars at the start
     traffic_speed: tuple[float, float] = (5.0, 9.0)
     car_length: float = 2.2  # the player cannot get closer than this behind a car in its lane
+
+    @classmethod
+    def from_dict(cls, values: dict) -> WorldSpec:
+        """A spec from a bundle's or a dataset's `world_spec` (any subset of the fields; the rest default)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"world_spec has unknown keys {unknown}: use only {sorted(known)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
     @property
     def cam_height(self) -> float:
@@ -578,6 +595,7 @@ def render_episode(
     supersample: int = 2,
     scene: str | None = None,
     redraw: Redraw | None = None,
+    spec: WorldSpec | None = None,
 ) -> np.ndarray:
     """Render frame 0 and then one frame after each of `actions[1:]` (uint8 [T, H, W, 3]).
 
@@ -587,10 +605,10 @@ def render_episode(
     Each frame is rendered at `supersample`× the size and box-filtered down, which removes the
     flicker of far stripes and lane dashes at small sizes.
     `redraw` draws part of the seed's randomness again (`Redraw`, `hidden_future`): an alternative future
-    of the same start and actions (training/fidelity_bound.py).
+    of the same start and actions (training/fidelity_bound.py). `spec`: the world's constants (default `WorldSpec()`).
     """
     s = supersample
-    world = RoadWorld(seed, height * s, width * s, scene=scene, redraw=redraw)
+    world = RoadWorld(seed, height * s, width * s, spec=spec, scene=scene, redraw=redraw)
     actions = np.asarray(actions, dtype=np.int64)
     frames = np.empty((len(actions), height, width, 3), dtype=np.uint8)
     for t in range(len(actions)):
@@ -602,7 +620,9 @@ def render_episode(
     return frames
 
 
-def hidden_future(seed: int, actions: np.ndarray | list[int], after: int, redraw_seed: int) -> Redraw:
+def hidden_future(
+    seed: int, actions: np.ndarray | list[int], after: int, redraw_seed: int, spec: WorldSpec | None = None
+) -> Redraw:
     """The Redraw of everything episode `seed` hides up to frame `after` under `actions` (render_episode's).
 
     `render_episode(seed, actions, ..., redraw=hidden_future(seed, actions, t, k))` has frames 0..t bit for bit
@@ -610,7 +630,7 @@ def hidden_future(seed: int, actions: np.ndarray | list[int], after: int, redraw
     cars that no state up to frame t had within its draw distance. The car's states do not depend on the image
     size or the scene, so one Redraw serves every size.
     """
-    world = RoadWorld(seed, 8, 8)
+    world = RoadWorld(seed, 8, 8, spec=spec)
     for a in np.asarray(actions, dtype=np.int64)[1 : after + 1]:
         world.step(int(a))
     return Redraw(redraw_seed, world.states())

@@ -24,7 +24,7 @@ def test_gain_of_a_perfect_and_of_a_deaf_car(monkeypatch, responds):
         return world.render(seed, road.latent_to_pixel_actions(lat), scene), 0.0
 
     monkeypatch.setattr(evaluate, "rollout", fake_rollout)
-    monkeypatch.setattr(action_gain, "V2World", lambda size: world)
+    monkeypatch.setattr(action_gain, "V2World", lambda size, spec=None: world)
     out = action_gain.measure(_Bundle(), episodes=1, seconds=0.5, log=lambda *_: None)
     row = out["per_episode"][0]
     assert abs(row["accelerate_gain"]["truth_extra"]) > 0.3 and row["brake_gain"]["truth_extra"] < -0.3
