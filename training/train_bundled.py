@@ -47,6 +47,7 @@ from inferix_core.world import ACTION_NAMES, FPS
 
 from .checkpoint import Checkpointer, load_carry, save_carry
 from .data import DatasetSpec, LatentPool, RenderJob, scene_word_lists
+from .probe import PROBE_SEED, FidelityProbe, probe_spec
 from .train_ae import latent_stats, to_video, train_ae
 from .train_world import WorldModel, train_world
 
@@ -199,6 +200,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="compile the transformer's blocks for training and rollouts (~40 s to compile; at batch 128 "
                         "1.96x the clips per second of eager batch 64 on an H200, but a higher loss after a 170 s "
                         "phase: docs/world_model.md)")  # fmt: skip
+    p.add_argument(
+        "--probe-episodes",
+        type=int,
+        default=24,
+        help="tuning-seed episodes the fidelity probe scores during training (0: no probe; training/probe.py)",
+    )
+    p.add_argument("--probe-every", type=float, default=30.0, help="seconds between fidelity probes within a phase")
     p.add_argument("--ckpt-every", type=int, default=500)
     p.add_argument("--workers", type=int, default=None)
     args = p.parse_args(argv)
@@ -212,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.episodes, args.latent_frames, args.size, args.batch, args.clip_frames = 6, 9, 32, 2, 6
         args.ae_steps, args.tf_steps, args.rollout_steps, args.ckpt_every = 3, 3, 4, 2
+        args.probe_episodes = min(args.probe_episodes, 2)
     block = SAMPLING["block_frames"]
     if args.rollout_blocks is not None and args.rollout_blocks * block < args.clip_frames:
         raise SystemExit(f"error: --rollout-blocks {args.rollout_blocks} cannot hold a {args.clip_frames}-frame clip")
@@ -258,6 +267,10 @@ def main(argv: list[str] | None = None) -> None:
     spec = DatasetSpec(num_episodes=args.episodes, num_latent_frames=args.latent_frames, height=args.size,
                        width=args.size, world=world_overrides)  # fmt: skip
     job = RenderJob(args.work / "data", spec, workers=args.workers, chunk=1 if args.smoke else 8)
+    probe_job = None
+    if args.probe_episodes > 0:
+        probe_data = probe_spec(spec, args.probe_episodes, SAMPLING["block_frames"], FPS)
+        probe_job = RenderJob(args.work / "probe", probe_data, workers=args.workers, chunk=1 if args.smoke else 4)
     log(f"device {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}), args {vars(args)}")
     log(f"phases done before this call: {state['done']}")
     words = scene_word_lists(spec.scenes)
@@ -310,6 +323,10 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             return ae.encode(to_video(frames, device)).permute(0, 2, 1, 3, 4).half()
 
+    probe = None
+    if probe_job is not None:
+        probe = FidelityProbe.build(probe_job, ae, sampling, cache_cfg, wcfg.action_dim, device, FPS)
+        log(f"fidelity probe: {args.probe_episodes} episodes of seed {PROBE_SEED}, every {args.probe_every:.0f} s")
     lat_hw = (spec.height // 8, spec.width // 8)
     pool = LatentPool(job, encode, (ae_cfg.z_dim, *lat_hw), device)
     world = WorldModel(wcfg, vocab).to(device)
@@ -325,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         rec = train_world(
             pool, world, sampling, cache_cfg, device, Checkpointer(args.work / "tf.pt", args.ckpt_every, args.resume),
             args.tf_steps, min(args.tf_time, left()), batch=args.batch, clip_frames=args.clip_frames, phase="tf",
-            log=log,
+            log=log, probe=probe, probe_every_s=args.probe_every,
         )  # fmt: skip
         save_carry(carry_out, "world", world.state_dict())
         state["tf"] = rec
@@ -344,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
             Checkpointer(args.work / "rollout.pt", args.ckpt_every, args.resume),
             start + args.rollout_steps, min(args.rollout_time, left(40.0)), batch=args.batch, lr=args.rollout_lr,
             clip_frames=args.clip_frames, rollout_share=args.rollout_share, rollout_blocks=args.rollout_blocks,
-            start_step=start, phase="rollout", log=log,
+            start_step=start, phase="rollout", log=log, probe=probe, probe_every_s=args.probe_every,
         )  # fmt: skip
         state["rollout"] = rec
         state["done"].append("rollout")
@@ -358,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
             state["rollout"]["steps"] + args.rollout_steps, min(args.focus_time, left(40.0)), batch=args.batch,
             lr=args.focus_lr, clip_frames=args.focus_clip_frames, rollout_share=args.rollout_share,
             rollout_blocks=args.focus_blocks, start_step=state["rollout"]["steps"], phase="focus", log=log,
+            probe=probe, probe_every_s=args.probe_every,
         )  # fmt: skip
         state["focus"] = rec
         state["done"].append("focus")

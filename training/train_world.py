@@ -213,6 +213,8 @@ def train_world(
     min_ready: int = 256,
     log: Callable[[str], None] = print,
     amp: bool | None = None,
+    probe: Callable[[WorldModel], dict] | None = None,
+    probe_every_s: float = 30.0,
 ) -> dict:
     """Train `model` in place on `pool` (refreshed as rendering goes) until `max_steps` or `time_budget_s`.
 
@@ -224,7 +226,10 @@ def train_world(
     The LR schedule follows the larger of the step and time fractions (`schedule_progress`), so a time-limited
     run anneals.
     Training starts once `min_ready` episodes (or all) are encoded, so early steps do not overfit a few.
-    Returns {"steps", "loss_ema", "rollout_loss_ema", "seconds", "rollouts", "rollout_seconds", "rollout_frames"}.
+    `probe` (training/probe.py) scores the model as the fidelity bar does, at the phase's start, every
+    `probe_every_s` seconds and at its end; its records go to "probes" (step, seconds into the phase, PSNR).
+    Returns {"steps", "loss_ema", "rollout_loss_ema", "seconds", "rollouts", "rollout_seconds", "rollout_frames",
+    "probes"}.
     """
     num_frames = pool.latents.shape[1]
     h, w = pool.latents.shape[-2:]
@@ -248,6 +253,16 @@ def train_world(
     t_first: float | None = None  # when the first step ended (the LR schedule's clock starts there)
     cached: tuple | None = None
     uses, rollouts, rollout_s = 0, 0, 0.0
+    probes: list[dict] = []
+
+    def run_probe() -> None:
+        r = probe(model)
+        probes.append({"step": step, "t": round(time.time() - t0, 1), **r})
+        log(f"{phase} probe at step {step}: PSNR {r['psnr']:.2f} dB over the first 2 s {r['psnr_per_half_second']}")
+
+    if probe is not None:
+        run_probe()
+    last_probe = time.time()
     while step < max_steps and time.time() - t0 < time_budget_s:
         if pool.refresh() < min(min_ready, pool.latents.shape[0]):
             time.sleep(0.5)
@@ -301,6 +316,11 @@ def train_world(
             last_log = time.time()
         if ckpt.due(step):
             ckpt.save(model, opt, step, ema=ema, roll_ema=roll_ema)
+        if probe is not None and time.time() - last_probe >= probe_every_s:
+            run_probe()
+            last_probe = time.time()
+    if probe is not None and step > first and probes[-1]["step"] != step:
+        run_probe()
     if step > first:
         ckpt.save(model, opt, step, ema=ema, roll_ema=roll_ema)
     seconds = time.time() - t0
@@ -316,4 +336,5 @@ def train_world(
         "rollouts": rollouts,
         "rollout_seconds": round(rollout_s, 1),
         "rollout_frames": roll_frames if rollout_share > 0 else None,
+        "probes": probes,
     }

@@ -68,6 +68,14 @@ def test_a_focus_phase_ends_the_run_on_short_rollouts(tmp_path):
     assert focus["steps"] > rollout["steps"] > training["teacher_forcing"]["steps"]
     assert focus["rollouts"] > 0 and focus["rollout_frames"] == 6 and rollout["rollout_frames"] == 9
     assert "focus done" in (out / "train_log.txt").read_text()
+    # the fidelity probe scored each phase at its start and its end (training/probe.py)
+    for phase, start in (
+        (training["teacher_forcing"], 0),
+        (rollout, training["teacher_forcing"]["steps"]),
+        (focus, rollout["steps"]),
+    ):
+        assert [r["step"] for r in phase["probes"]] == [start, phase["steps"]]
+        assert all(np.isfinite(r["psnr"]) for r in phase["probes"])
 
 
 def test_a_focus_phase_too_short_for_its_clip_is_refused_before_any_work(tmp_path):

@@ -1,0 +1,113 @@
+"""The fidelity bar's own quantity, measured while a model trains: which minutes of a recipe pay.
+
+`training.evaluate.fidelity` scores a finished bundle: per-frame PSNR of the first 2 s after one true block
+against the renderer. The recipe's choices (how long each phase runs, which rollouts it trains on) were so far
+judged only after a whole device run. `FidelityProbe` asks the same question every few seconds of training, on
+episodes of a tuning seed that neither training (seed 0) nor the evaluation (seed 1) uses, through the training
+loop's own batched rollout (the inference pipeline with the training cache) and the autoencoder's whole-clip
+decode, with fixed noise so that successive probes differ only by the weights.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from inferix_core.cache.spec import KVCacheConfig
+from inferix_core.scheduler import SamplingConfig
+from inferix_core.vae.tiny_ae import TinyCausalAE
+from inferix_core.world.compare import psnr
+
+from .data import DatasetSpec, RenderJob
+from .train_ae import to_video
+from .train_world import WorldModel, rollout
+
+PROBE_SEED = 2  # the tuning seed (training/tune_inference.py): not training's 0, not the evaluation's 1
+NOISE_SEED = 0  # the same noise at every probe
+
+
+def probe_spec(data: DatasetSpec, episodes: int, block_frames: int, fps: int, seconds: float = 2.0) -> DatasetSpec:
+    """Episodes of the tuning seed in `data`'s world and size, one true block plus enough blocks for `seconds`."""
+    blocks = 1 + int(np.ceil(seconds * fps / (4 * block_frames)))
+    return DatasetSpec(
+        num_episodes=episodes,
+        num_latent_frames=blocks * block_frames,
+        height=data.height,
+        width=data.width,
+        seed=PROBE_SEED,
+        scenes=data.scenes,
+        world=dict(data.world),
+    )
+
+
+def to_frames(video: torch.Tensor) -> np.ndarray:
+    """float (B, 3, T, H, W) in [-1, 1] → uint8 (B, T, H, W, 3), rounded as `evaluate.to_uint8`."""
+    return ((video.permute(0, 2, 3, 4, 1).float().clamp(-1, 1) + 1) * 127.5 + 0.5).byte().cpu().numpy()
+
+
+@dataclass
+class FidelityProbe:
+    """Rendered truth (E, T, H, W, 3) and its latents; `__call__(model)` → the mean PSNR of the scored frames."""
+
+    truth: np.ndarray
+    latents: torch.Tensor  # (E, F, C, h, w), normalised as the training pool's
+    actions: torch.Tensor  # (E, F, A) one-hot
+    scene_ids: torch.Tensor  # (E,)
+    ae: TinyCausalAE
+    sampling: SamplingConfig
+    cache: KVCacheConfig
+    scored: slice  # the pixel frames after the true block, `seconds` long
+    fps: int
+
+    @classmethod
+    def build(
+        cls,
+        job: RenderJob,
+        ae: TinyCausalAE,
+        sampling: SamplingConfig,
+        cache: KVCacheConfig,
+        action_dim: int,
+        device: torch.device,
+        fps: int,
+        seconds: float = 2.0,
+    ) -> FidelityProbe:
+        job.wait()
+        truth = np.asarray(job.frames())
+        with torch.no_grad():
+            latents = ae.encode(to_video(truth, device)).permute(0, 2, 1, 3, 4).float()
+        n = sampling.block_frames
+        first = 1 + 4 * (n - 1)  # pixel frames of the true block
+        scored = slice(first, min(truth.shape[1], first + round(seconds * fps)))
+        actions = torch.eye(action_dim, device=device)[torch.from_numpy(job.actions).to(device)]
+        scene_ids = torch.from_numpy(job.scene_ids).to(device)
+        return cls(truth, latents, actions, scene_ids, ae, sampling, cache, scored, fps)
+
+    @torch.no_grad()
+    def generate(self, model: WorldModel) -> np.ndarray:
+        """The model's frames (E, T, H, W, 3): the true block, then its own blocks, decoded as one clip."""
+        was = model.training
+        model.eval()
+        try:
+            own = rollout(
+                model, self.sampling, self.cache, self.latents, self.actions, self.scene_ids,
+                self.sampling.block_frames, seed=NOISE_SEED,
+            )  # fmt: skip
+        finally:
+            model.train(was)
+        return to_frames(self.ae.decode(own.permute(0, 2, 1, 3, 4)))
+
+    def __call__(self, model: WorldModel) -> dict:
+        t0 = time.perf_counter()
+        frames = self.generate(model)
+        per_frame = np.stack([psnr(g[self.scored], t[self.scored]) for g, t in zip(frames, self.truth)])
+        half = max(1, self.fps // 2)
+        return {
+            "psnr": float(per_frame.mean()),
+            "psnr_per_half_second": [
+                round(float(per_frame[:, a : a + half].mean()), 3) for a in range(0, per_frame.shape[1], half)
+            ],
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
