@@ -51,11 +51,10 @@ def measure(bundle, episodes: int = 8, seconds: float = 2.0, log=print) -> dict:
     """Per held action: the model's offsets from the truth per frame, the truth's extra distance, the gain."""
     import torch
 
-    from .evaluate import rollout, world_spec_of
+    from .evaluate import fidelity_frames, rollout, world_spec_of
 
     world = V2World(bundle.config.get("height", 96), world_spec_of(bundle.config))
-    num_latent = 3 + 3 * int(np.ceil(seconds * road.FPS / 12))
-    sl = slice(PREFIX_FRAMES, PREFIX_FRAMES + int(seconds * road.FPS))
+    num_latent, sl = fidelity_frames(seconds, road.FPS)
     last = sl.stop - 1
     rows = []
     for i in range(episodes):

@@ -114,9 +114,14 @@ def scene_context(bundle: BundledWorldModel, scene: str | None) -> torch.Tensor:
 # --------------------------------------------------------------------------- rollout
 
 
+def to_uint8_batch(pixels: torch.Tensor) -> np.ndarray:
+    """(B, 3, T, H, W) in [-1, 1] → uint8 (B, T, H, W, 3)."""
+    return ((pixels.permute(0, 2, 3, 4, 1).float().clamp(-1, 1) + 1) * 127.5 + 0.5).byte().cpu().numpy()
+
+
 def to_uint8(pixels: torch.Tensor) -> np.ndarray:
     """(B=1, 3, T, H, W) in [-1, 1] → uint8 (T, H, W, 3)."""
-    return ((pixels[0].permute(1, 2, 3, 0).float().clamp(-1, 1) + 1) * 127.5 + 0.5).byte().cpu().numpy()
+    return to_uint8_batch(pixels[:1])[0]
 
 
 def _device(bundle: BundledWorldModel) -> torch.device:
@@ -169,11 +174,18 @@ def rollout(
 # --------------------------------------------------------------------------- parts
 
 
+def fidelity_frames(seconds: float, fps: int, block_frames: int = 3) -> tuple[int, slice]:
+    """What the fidelity bar scores: the latent frames of a rollout (one true block, then whole blocks covering
+    `seconds`) and the pixel frames it scores (the generated ones after the true block, `seconds` long)."""
+    first = 1 + 4 * (block_frames - 1)  # pixel frames of the true block
+    num_latent = block_frames * (1 + int(np.ceil(seconds * fps / (4 * block_frames))))
+    return num_latent, slice(first, first + int(seconds * fps))
+
+
 def fidelity(bundle: BundledWorldModel, episodes: int, seconds: float = 2.0, seed: int = EVAL_SEED) -> dict:
     """Per-frame PSNR/SSIM vs. the true rendering of the same actions, over the first `seconds` after the prefix."""
     world, fps = world_of(bundle), bundle.config["fps"]
-    num_latent = 3 + 3 * int(np.ceil(seconds * fps / 12))
-    sl = slice(9, 9 + int(seconds * fps))  # generated frames only
+    num_latent, sl = fidelity_frames(seconds, fps, bundle.config["sampling"]["block_frames"])
     ps, ss, ae_ps = [], [], []
     for i in range(episodes):
         idx, scene = FIDELITY_BASE + i, world.scene(i)

@@ -55,7 +55,7 @@ from inferix_core.world import road
 from inferix_core.world.compare import psnr, ssim
 
 from .data import episode_actions, episode_seed
-from .evaluate import EVAL_SEED, FIDELITY_BASE
+from .evaluate import EVAL_SEED, FIDELITY_BASE, fidelity_frames
 
 PREFIX_FRAMES = 9  # one latent block of 3 frames: pixel frames 0..8
 # Bands of rows (fractions of the height) for where a model's error is: sky, horizon and mountains, far, middle
@@ -121,7 +121,7 @@ class V2World:
 
     def __init__(self, size: int = 96, spec: road.WorldSpec | None = None):
         self.size = size
-        self.spec = spec or road.WorldSpec()  # a bundle's own: `evaluate.world_of(bundle).spec`
+        self.spec = spec or road.WorldSpec()  # a bundle's own: `evaluate.world_spec_of(bundle.config)`
 
     def episode(self, i: int, num_latent: int) -> Episode:
         idx, scene = FIDELITY_BASE + i, road.SCENES[i % len(road.SCENES)]
@@ -359,8 +359,7 @@ def summarise(per_episode: list[dict], fps: int) -> dict:
 
 def measure(world, episodes: int, k: int, mode: str, seconds: float, ae, tries: int, log=print) -> dict:
     fps = road.FPS
-    num_latent = 3 + 3 * int(np.ceil(seconds * fps / 12))  # as evaluate.fidelity
-    sl = slice(PREFIX_FRAMES, PREFIX_FRAMES + int(seconds * fps))
+    num_latent, sl = fidelity_frames(seconds, fps)  # as evaluate.fidelity
     scores, infos = [], []
     for i in range(episodes):
         t0 = time.perf_counter()
@@ -454,8 +453,7 @@ def diagnostics(world, episodes: int, seconds: float, bundle=None, log=print, ph
     `phase` (and a bundle), also the model car's offset along the track per frame (`track_offsets`).
     """
     fps = road.FPS
-    num_latent = 3 + 3 * int(np.ceil(seconds * fps / 12))
-    sl = slice(PREFIX_FRAMES, PREFIX_FRAMES + int(seconds * fps))
+    num_latent, sl = fidelity_frames(seconds, fps)  # as evaluate.fidelity
     drops = {"no_objects": {"objects"}}
     if world.name == "v2":
         drops.update(no_traffic={"traffic"}, no_scenery={"objects", "traffic"})

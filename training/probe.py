@@ -22,6 +22,7 @@ from inferix_core.vae.tiny_ae import TinyCausalAE
 from inferix_core.world.compare import psnr
 
 from .data import DatasetSpec, RenderJob
+from .evaluate import fidelity_frames, to_uint8_batch
 from .train_ae import to_video
 from .train_world import WorldModel, rollout
 
@@ -31,21 +32,15 @@ NOISE_SEED = 0  # the same noise at every probe
 
 def probe_spec(data: DatasetSpec, episodes: int, block_frames: int, fps: int, seconds: float = 2.0) -> DatasetSpec:
     """Episodes of the tuning seed in `data`'s world and size, one true block plus enough blocks for `seconds`."""
-    blocks = 1 + int(np.ceil(seconds * fps / (4 * block_frames)))
     return DatasetSpec(
         num_episodes=episodes,
-        num_latent_frames=blocks * block_frames,
+        num_latent_frames=fidelity_frames(seconds, fps, block_frames)[0],
         height=data.height,
         width=data.width,
         seed=PROBE_SEED,
         scenes=data.scenes,
         world=dict(data.world),
     )
-
-
-def to_frames(video: torch.Tensor) -> np.ndarray:
-    """float (B, 3, T, H, W) in [-1, 1] → uint8 (B, T, H, W, 3), rounded as `evaluate.to_uint8`."""
-    return ((video.permute(0, 2, 3, 4, 1).float().clamp(-1, 1) + 1) * 127.5 + 0.5).byte().cpu().numpy()
 
 
 @dataclass
@@ -78,9 +73,7 @@ class FidelityProbe:
         truth = np.asarray(job.frames())
         with torch.no_grad():
             latents = ae.encode(to_video(truth, device)).permute(0, 2, 1, 3, 4).float()
-        n = sampling.block_frames
-        first = 1 + 4 * (n - 1)  # pixel frames of the true block
-        scored = slice(first, min(truth.shape[1], first + round(seconds * fps)))
+        scored = fidelity_frames(seconds, fps, sampling.block_frames)[1]
         actions = torch.eye(action_dim, device=device)[torch.from_numpy(job.actions).to(device)]
         scene_ids = torch.from_numpy(job.scene_ids).to(device)
         return cls(truth, latents, actions, scene_ids, ae, sampling, cache, scored, fps)
@@ -97,7 +90,7 @@ class FidelityProbe:
             )  # fmt: skip
         finally:
             model.train(was)
-        return to_frames(self.ae.decode(own.permute(0, 2, 1, 3, 4)))
+        return to_uint8_batch(self.ae.decode(own.permute(0, 2, 1, 3, 4)))
 
     def __call__(self, model: WorldModel) -> dict:
         t0 = time.perf_counter()

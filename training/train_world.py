@@ -258,7 +258,7 @@ def train_world(
     def run_probe() -> None:
         r = probe(model)
         probes.append({"step": step, "t": round(time.time() - t0, 1), **r})
-        log(f"{phase} probe at step {step}: PSNR {r['psnr']:.2f} dB over the first 2 s {r['psnr_per_half_second']}")
+        log(f"{phase} probe at step {step}: PSNR {r['psnr']:.2f} dB, by half-second {r['psnr_per_half_second']}")
 
     if probe is not None:
         run_probe()
