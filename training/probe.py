@@ -11,7 +11,7 @@ decode, with fixed noise so that successive probes differ only by the weights.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -70,7 +70,7 @@ class FidelityProbe:
         seconds: float = 2.0,
     ) -> FidelityProbe:
         job.wait()
-        truth = np.asarray(job.frames())
+        truth = np.array(job.frames())  # a copy: the render folder may go
         with torch.no_grad():
             latents = ae.encode(to_video(truth, device)).permute(0, 2, 1, 3, 4).float()
         scored = fidelity_frames(seconds, fps, sampling.block_frames)[1]
@@ -104,3 +104,43 @@ class FidelityProbe:
             ],
             "seconds": round(time.perf_counter() - t0, 3),
         }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The probe of a finished bundle beside `evaluate.fidelity` on the same tuning-seed episodes (which differ
+    in the cache's sink, the streamed decode and the noise): how far the probe's number is from the bar's."""
+    import argparse
+    import json
+    import tempfile
+
+    from inferix_core.models.bundled import load_bundled
+    from inferix_core.world import FPS
+
+    from .evaluate import fidelity, world_spec_of
+    from .train_bundled import CACHE, SAMPLING
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--bundle", default=None, help="folder with the bundle's files (default: the shipped one)")
+    p.add_argument("--episodes", type=int, default=24)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    bundle = load_bundled(args.bundle)
+    cfg = bundle.config
+    data = DatasetSpec(1, height=cfg["height"], width=cfg["width"], world=asdict(world_spec_of(cfg)))
+    model = WorldModel(bundle.transformer.config, bundle.prompt_encoder.config)
+    model.transformer, model.prompt = bundle.transformer, bundle.prompt_encoder
+    sampling, cache = SamplingConfig(**SAMPLING), KVCacheConfig(**CACHE)
+    with tempfile.TemporaryDirectory() as work:
+        job = RenderJob(work, probe_spec(data, args.episodes, sampling.block_frames, FPS), workers=args.threads)
+        probe = FidelityProbe.build(job, bundle.vae, sampling, cache, bundle.transformer.config.action_dim,
+                                    torch.device("cpu"), FPS)  # fmt: skip
+    with torch.inference_mode():
+        out = {"probe": probe(model), "fidelity": fidelity(bundle, args.episodes, seed=PROBE_SEED)}
+    out["fidelity"] = {k: out["fidelity"][k] for k in ("psnr_mean", "psnr_per_half_second")}
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -67,3 +67,12 @@ def test_the_probe_follows_the_weights_and_keeps_the_training_mode(setup):
     with torch.no_grad():
         model.transformer.head.head.weight.normal_(std=0.5)
     assert probe(model)["psnr"] != first["psnr"]
+
+
+def test_the_command_sets_the_probe_beside_the_bar_on_a_bundle(tmp_path):
+    from training.train_bundled import main as train
+
+    train(["--out", str(tmp_path / "b"), "--work", str(tmp_path / "w"), "--smoke", "--probe-episodes", "0"])
+    out = probe_mod.main(["--bundle", str(tmp_path / "b"), "--episodes", "1", "--threads", "1"])
+    assert np.isfinite(out["probe"]["psnr"]) and np.isfinite(out["fidelity"]["psnr_mean"])
+    assert len(out["probe"]["psnr_per_half_second"]) == len(out["fidelity"]["psnr_per_half_second"])
