@@ -62,7 +62,7 @@ def to_device_async(t: torch.Tensor, device: torch.device | str) -> torch.Tensor
     return t.pin_memory().to(device, non_blocking=True)
 
 
-_MISNAMED = (
+MISNAMED = (
     "'{name}' is named .safetensors but holds a torch/pickle checkpoint; expected a {expected} in safetensors "
     "format. Convert it, or rename it to .pth (tensors are then loaded with weights_only, never running code)"
 )
@@ -101,7 +101,7 @@ def read_state_dict(path: str | Path, expected: str = "weights file") -> dict[st
             f"{expected} as .safetensors or a torch state dict"
         )
     if path.suffix == ".safetensors":
-        raise CheckpointLayoutError(_MISNAMED.format(name=path.name, expected=expected))
+        raise CheckpointLayoutError(MISNAMED.format(name=path.name, expected=expected))
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import comfy_runtime, live_controls
 from .block_denoise import InferixBlockDenoise
 from .branch_world import InferixBranchWorld
-from .compat import HAVE_COMFY_API
+from .compat import HAVE_COMFY_API, ComfyExtension
 from .core_model import InferixWorldModelFromCoreModel
 from .kv_cache_config import InferixKVCacheConfig
 from .load_lora import InferixLoadWorldModelLoRA
@@ -56,4 +56,25 @@ def _schema(node: type) -> object:
 NODE_CLASS_MAPPINGS = {_schema(n).node_id: n for n in NODES}
 NODE_DISPLAY_NAME_MAPPINGS = {_schema(n).node_id: _schema(n).display_name for n in NODES}
 
-__all__ = ["HAVE_COMFY_API", "NODES", "NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]
+
+class InferixExtension(ComfyExtension):
+    """The same nodes for ComfyUI's V3 loader (`comfy_entrypoint`); a ComfyUI that finds NODE_CLASS_MAPPINGS
+    first registers them from there, so both routes give one set of nodes."""
+
+    async def get_node_list(self) -> list[type]:
+        return list(NODES)
+
+
+async def comfy_entrypoint() -> InferixExtension:
+    """ComfyUI's V3 entry point (`comfy_api.latest`): the pack as one extension."""
+    return InferixExtension()
+
+
+__all__ = [
+    "HAVE_COMFY_API",
+    "NODES",
+    "NODE_CLASS_MAPPINGS",
+    "NODE_DISPLAY_NAME_MAPPINGS",
+    "InferixExtension",
+    "comfy_entrypoint",
+]

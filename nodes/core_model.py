@@ -199,9 +199,9 @@ def world_model_from_core(
 def _vae(vae: Any, device: Any, dtype: Any) -> Any:
     """Our streaming Wan VAE from a file path (as Inferix Load World Model loads it) or a core VAE's weights."""
     if isinstance(vae, str):
-        from inferix_core.models.registry import _load_vae
+        from inferix_core.models.registry import load_vae
 
-        return _load_vae(vae, device, dtype)
+        return load_vae(vae, device, dtype)
     return wan_vae_from_core(vae, device=device)
 
 

@@ -47,19 +47,19 @@ def test_bench_config_defaults_are_the_loaders():
 
 
 def test_the_wan_vae_decodes_with_the_loaders_cuda_options(monkeypatch):
-    """What `_load_vae` and `load_world_model(compile=...)` give a Wan VAE on CUDA is what the benchmark uses."""
+    """What `load_vae` and `load_world_model(compile=...)` give a Wan VAE on CUDA is what the benchmark uses."""
     monkeypatch.setattr(
         WanVAE, "from_file", classmethod(lambda cls, path, device=None, dtype=None: WanVAE(WanVAEConfig(dim=4)))
     )
     for compile in (False, True):
-        vae = registry._load_vae("wan_2.1_vae.safetensors", CUDA, torch.bfloat16)
+        vae = registry.load_vae("wan_2.1_vae.safetensors", CUDA, torch.bfloat16)
         world = SimpleNamespace(vae=vae, device=CUDA, transformer=CausalWanTransformer(WanConfig(
             dim=32, ffn_dim=64, freq_dim=16, text_dim=16, text_len=8, num_heads=2, num_layers=1)))  # fmt: skip
-        registry._maybe_compile(world, compile)
+        registry.maybe_compile(world, compile)
         loader = world.vae.decode_options
         assert loader == VAEDecodeOptions.fast(compile=compile)
         assert bench_vae_decode_options(BenchConfig(compile=compile, vae_decode=True)) == loader
-    assert registry._load_vae("x", torch.device("cpu"), torch.float32).decode_options is None  # CPU: reference path
+    assert registry.load_vae("x", torch.device("cpu"), torch.float32).decode_options is None  # CPU: reference path
     assert bench_vae_decode_options(BenchConfig(device="cpu")) is None
     assert bench_vae_decode_options(BenchConfig(vae_fast=False)) is None  # --vae-reference / the vaeref variant
     assert bench_vae_decode_options(BenchConfig(vae_fast=True, compile=True)) == VAEDecodeOptions.fast()
@@ -76,10 +76,10 @@ def test_the_wan_vae_streams_with_the_loaders_cuda_slicing(monkeypatch):
     kind = "wan"
     monkeypatch.setattr(WanVAE, "from_file", classmethod(lambda cls, path, device=None, dtype=None: built[kind]()))
     assert DecodeSlicing(1, release_previous_state=True) == CUDA_STREAM_SLICING
-    assert registry._load_vae("x", CUDA, torch.bfloat16).stream_slicing == CUDA_STREAM_SLICING
-    assert registry._load_vae("x", torch.device("cpu"), torch.float32).stream_slicing == DecodeSlicing()
+    assert registry.load_vae("x", CUDA, torch.bfloat16).stream_slicing == CUDA_STREAM_SLICING
+    assert registry.load_vae("x", torch.device("cpu"), torch.float32).stream_slicing == DecodeSlicing()
     kind = "wan22"
-    wan22 = registry._load_vae("x", CUDA, torch.bfloat16)
+    wan22 = registry.load_vae("x", CUDA, torch.bfloat16)
     assert wan22.stream_slicing == Wan22VAE(Wan22VAEConfig(dim=2, dec_dim=4)).stream_slicing  # its own
     # the benchmark's decoder and plan (BenchConfig's device is "cuda"; only its type is read)
     cfg = BenchConfig(preset="tiny", vae_decode=True)

@@ -176,7 +176,7 @@ class AttentionBackend:
 
 
 AUTO = "auto"  # the default: resolved by get_attention_backend to flash_attn_4 or sdpa
-_BACKENDS = {
+BACKENDS = {
     "sdpa": AttentionBackend("sdpa", _sdpa, lambda: True, "torch scaled_dot_product_attention (exact on CPU)"),
     "sdpa_cudnn": AttentionBackend(
         "sdpa_cudnn", _sdpa_cudnn, lambda: True, "torch SDPA with cuDNN attention explicitly first"
@@ -204,13 +204,13 @@ _BACKENDS = {
 
 def attention_backends() -> list[str]:
     """The names a loader takes, "auto" (the default) first."""
-    return [AUTO, *_BACKENDS]
+    return [AUTO, *BACKENDS]
 
 
 def resolve_auto() -> AttentionBackend:
     """What "auto" runs: FlashAttention-4 (its measured per-shape table, SDPA below the crossover) where the
     `fa4` extra imports on a GPU it has kernels for, else SDPA. The choice is logged once."""
-    backend = _BACKENDS["flash_attn_4"] if _fa4_available() else _BACKENDS["sdpa"]
+    backend = BACKENDS["flash_attn_4"] if _fa4_available() else BACKENDS["sdpa"]
     if f"auto:{backend.name}" not in _NOTED:
         _NOTED.add(f"auto:{backend.name}")
         why = "flash-attn-4 imports on this GPU" if backend.name != "sdpa" else "flash-attn-4 is not installed here"
@@ -223,12 +223,12 @@ def get_attention_backend(name: str = AUTO, strict: bool = False) -> AttentionBa
     to SDPA (logged)."""
     if name == AUTO:
         return resolve_auto()
-    if name not in _BACKENDS:
+    if name not in BACKENDS:
         raise BackendUnavailableError(f"unknown attention backend '{name}'; expected one of {attention_backends()}")
-    backend = _BACKENDS[name]
+    backend = BACKENDS[name]
     if not backend.is_available():
         if strict:
             raise BackendUnavailableError(f"attention backend '{name}' is not available on this machine")
         log.warning("attention backend '%s' is not available here; using sdpa instead", name)
-        return _BACKENDS["sdpa"]
+        return BACKENDS["sdpa"]
     return backend

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..attention.registry import _BACKENDS, AUTO, attention_backends, resolve_auto
+from ..attention.registry import AUTO, BACKENDS, attention_backends, resolve_auto
 from ..models.registry import FAMILIES, load_world_model
 from .lora_option import add_lora_option
 from .memory_args import add_family_arguments, add_memory_arguments, model_flag_kwargs
@@ -91,7 +91,7 @@ def environment_text() -> str:
             lines.append(f"  {name:<13} {'the default':<14} here: {resolve_auto().name} (flash_attn_4 where the fa4 "
                          "extra imports on an sm_90+ GPU, else sdpa)")  # fmt: skip
             continue
-        backend = _BACKENDS[name]
+        backend = BACKENDS[name]
         state = "available" if backend.is_available() else "not available"
         lines.append(f"  {name:<13} {state:<14} {backend.description}")
     return "\n".join(lines)

@@ -391,7 +391,7 @@ def load_world_model(
         elif gpu_memory is not None:
             log.info("the bundled model is a few MiB: every block stays resident within the %.1f GiB budget",
                      gpu_memory / 2**30)  # fmt: skip
-        return _maybe_cuda_graphs(_maybe_compile(bundled, compile), cuda_graphs)
+        return _maybe_cuda_graphs(maybe_compile(bundled, compile), cuda_graphs)
     from .wan.checkpoint import load_wan_checkpoint
 
     if not Path(path).exists():
@@ -430,10 +430,10 @@ def load_world_model(
             if config.has_image_input
             else f"'{path}' has no image-conditioning weights (img_emb, cross_attn.k_img): it is not a Wan 2.1 I2V file"
         )
-    transformer = _build_transformer(config, state, dev, dt, attention, resident_blocks, fp8, fp8_weights)
+    transformer = build_transformer(config, state, dev, dt, attention, resident_blocks, fp8, fp8_weights)
     if fp8 and resident_blocks is None:
         quantize_linears_fp8(transformer)
-    vae = _load_vae(vae_path, dev, dt) if vae_path else None
+    vae = load_vae(vae_path, dev, dt) if vae_path else None
     if decode_slicing is not None and vae is not None and decode_slicing != vae.stream_slicing:
         log.info(
             "the VAE decodes %s, as planned for the budget (the same frames)",
@@ -445,7 +445,7 @@ def load_world_model(
     if text_encoder_placement not in ("device", "cpu", "offload"):
         raise ConfigError(f"text_encoder_placement must be device, cpu or offload, not '{text_encoder_placement}'")
     text = (
-        _load_text_encoder(text_encoder_path, config.text_len, dev, dt, text_encoder_placement)
+        load_text_encoder(text_encoder_path, config.text_len, dev, dt, text_encoder_placement)
         if text_encoder_path
         else None
     )
@@ -465,7 +465,7 @@ def load_world_model(
         family_reason=choice.reason,
         variant=variant.name if variant else "",
     )
-    return _maybe_cuda_graphs(_maybe_compile(model, compile), cuda_graphs)
+    return _maybe_cuda_graphs(maybe_compile(model, compile), cuda_graphs)
 
 
 def resolve_family(path: str, family: str | None = "auto", *, num_heads: int | None = None) -> FamilyChoice:
@@ -499,7 +499,7 @@ def _container_for(path: str, weights: str, spec: Family) -> str | None:
     return None
 
 
-def _maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
+def maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
     if compile:
         from .wan.causal_transformer import compile_blocks
 
@@ -543,7 +543,7 @@ def _maybe_cuda_graphs(model: WorldModel, cuda_graphs: bool) -> WorldModel:
     return model
 
 
-def _build_transformer(
+def build_transformer(
     config: WanConfig,
     state: dict,
     device,
@@ -655,7 +655,7 @@ def set_attention_backend(model: torch.nn.Module, name: str) -> None:
             module.attend = backend.attend
 
 
-def _load_vae(path: str, device, dtype):
+def load_vae(path: str, device, dtype):
     """The Wan VAE; on CUDA it decodes with `VAEDecodeOptions.fast()`.
 
     Why the fast options by default on the GPU: 1.28× faster streamed decode on an H200 (157.6 vs
@@ -692,7 +692,7 @@ def _load_preview(path: str, full_vae, device, dtype):
     return load_preview_decoder(path, full_vae, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
 
 
-def _load_text_encoder(path: str, text_len: int, device, dtype, placement: str = "device"):
+def load_text_encoder(path: str, text_len: int, device, dtype, placement: str = "device"):
     from ..text.placement import PlacedTextEncoder
     from ..text.umt5 import PromptCache, UMT5TextEncoder
 

@@ -18,14 +18,14 @@ from ..errors import CheckpointLayoutError, ConfigError
 from .fp8 import quantize_linears_fp8
 from .registry import (
     WorldModel,
-    _build_transformer,
-    _load_text_encoder,
-    _maybe_compile,
+    build_transformer,
     get_family,
+    load_text_encoder,
+    maybe_compile,
     resolve_device,
     resolve_dtype,
 )
-from .wan.checkpoint import _plan_keys
+from .wan.checkpoint import plan_keys
 from .wan.layouts import EXPECTED_LAYOUTS_TEXT
 from .wan.shapes import check_wan_shapes, infer_wan_config
 from .wan.sources import DictSource
@@ -42,7 +42,7 @@ def wan_state_from_tensors(
     dtype: torch.dtype = torch.float32,
 ):
     """(canonical state dict in `dtype`, WanConfig, layout name) of Wan 2.1 T2V or I2V weights under any known layout."""
-    plan, layout = _plan_keys(DictSource(tensors, "state_dict", None), source)
+    plan, layout = plan_keys(DictSource(tensors, "state_dict", None), source)
     if plan.scales:
         raise CheckpointLayoutError(
             f"{source} still carries fp8 scales ({sorted(plan.scales)[0]}, ...): dequantise the weights first"
@@ -99,10 +99,10 @@ def world_model_from_state_dict(
             if config.has_image_input
             else f"{source} has no image-conditioning weights (img_emb, cross_attn.k_img): family wan21_i2v needs them"
         )
-    transformer = _build_transformer(config, state, dev, dt, attention)
+    transformer = build_transformer(config, state, dev, dt, attention)
     if fp8:
         quantize_linears_fp8(transformer)
-    text = _load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
+    text = load_text_encoder(text_encoder_path, config.text_len, dev, dt) if text_encoder_path else None
     model = WorldModel(
         family,
         config,
@@ -116,4 +116,4 @@ def world_model_from_state_dict(
         source=f"{source} ({layout} layout)",
     )
     log.info("world model from %s: %d layers, dim %d, family %s", source, config.num_layers, config.dim, family)
-    return _maybe_compile(model, compile)
+    return maybe_compile(model, compile)

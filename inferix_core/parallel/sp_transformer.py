@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from .distributed import init_distributed, is_distributed, launched_world_size, local_device
-from .ulysses import SequenceParallelAttention, _all_to_all
+from .ulysses import SequenceParallelAttention, all_to_all
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class SequenceParallel:
         n = self.world_size
         b, _, h, d = t.shape
         chunks = t.reshape(b, f * ftl, n, h // n, d).permute(2, 0, 1, 3, 4).contiguous()  # (N, B, F·T/N, H/N, D)
-        out = _all_to_all(chunks, self.group).view(n, b, f, ftl, h // n, d)  # chunk i: rank i's tokens
+        out = all_to_all(chunks, self.group).view(n, b, f, ftl, h // n, d)  # chunk i: rank i's tokens
         out = out.permute(1, 2, 0, 3, 4, 5).reshape(b, f, n * ftl, h // n, d)
         if n * ftl != ft:
             out = out[:, :, :ft]
@@ -103,7 +103,7 @@ class SequenceParallel:
         if n * ftl != ft:
             t = F.pad(t, (0, 0, 0, 0, 0, n * ftl - ft))
         chunks = t.view(b, f, n, ftl, hn, d).permute(2, 0, 1, 3, 4, 5).contiguous()  # (N, B, F, T/N, H/N, D)
-        out = _all_to_all(chunks, self.group)  # chunk i: my tokens, rank i's heads
+        out = all_to_all(chunks, self.group)  # chunk i: my tokens, rank i's heads
         return out.permute(1, 2, 3, 0, 4, 5).reshape(b, f * ftl, n * hn, d)
 
     # -- model wiring --------------------------------------------------------------------------------

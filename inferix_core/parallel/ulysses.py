@@ -21,7 +21,7 @@ import torch.distributed as dist
 from ..errors import ConfigError
 
 
-def _all_to_all(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+def all_to_all(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     """Exchange chunk j of dim 0 with rank j (x is (N, ...) and contiguous)."""
     out = torch.empty_like(x)
     dist.all_to_all_single(out, x, group=group)
@@ -35,7 +35,7 @@ def seq_to_head(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torc
     if h % n:
         raise ConfigError(f"{h} attention heads cannot be split over {n} ranks; use a world size dividing {h}")
     chunks = x.reshape(b, s, n, h // n, d).permute(2, 0, 1, 3, 4).contiguous()  # (N, B, L/N, H/N, D)
-    out = _all_to_all(chunks, group)  # chunk i: rank i's tokens, my heads
+    out = all_to_all(chunks, group)  # chunk i: rank i's tokens, my heads
     return out.permute(1, 0, 2, 3, 4).reshape(b, n * s, h // n, d)
 
 
@@ -46,7 +46,7 @@ def head_to_seq(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torc
     if s % n:
         raise ConfigError(f"{s} tokens cannot be split over {n} ranks")
     chunks = x.reshape(b, n, s // n, h, d).transpose(0, 1).contiguous()  # (N, B, L/N, H/N, D)
-    out = _all_to_all(chunks, group)  # chunk i: my tokens, rank i's heads
+    out = all_to_all(chunks, group)  # chunk i: my tokens, rank i's heads
     return out.permute(1, 2, 0, 3, 4).reshape(b, s // n, n * h, d)
 
 

@@ -70,13 +70,6 @@ def check_batchable(pipe: BlockDiffusionPipeline, states: list[StreamState]) -> 
         raise ConfigError(f"streams batched together need one latent size; got {sorted(sizes)}")
 
 
-def _schedule(pipe: BlockDiffusionPipeline, block_index: int):
-    """(scheduler, timesteps) of a block: block 0 may walk its own list (first_block_denoising_steps)."""
-    scheduler = pipe.first_scheduler if block_index == 0 else pipe.scheduler
-    timesteps = pipe.timesteps if pipe.unipc is not None else scheduler.step_timesteps
-    return scheduler, timesteps
-
-
 def denoise_streams(
     pipe: BlockDiffusionPipeline,
     states: list[StreamState],
@@ -96,8 +89,8 @@ def denoise_streams(
         raise ConfigError(f"{len(actions)} action rows for {len(states)} streams")
     groups: dict[tuple, list[int]] = {}
     for i, st in enumerate(states):
-        scheduler, _ = _schedule(pipe, st.next_block)
-        groups.setdefault((id(scheduler), actions[i] is None), []).append(i)
+        timesteps = tuple(pipe.schedule.begin(st.next_block).timesteps.tolist())
+        groups.setdefault((timesteps, actions[i] is None), []).append(i)
     outputs: list[BlockOutput | None] = [None] * len(states)
     for members in groups.values():
         outs = _denoise_group(pipe, [states[i] for i in members], [actions[i] for i in members], hooks)
@@ -123,21 +116,16 @@ def _denoise_group(pipe, states, actions, hooks) -> list[BlockOutput]:
     batch = BatchedStreamKV([st.cache for st in states])
     text = _StackedText([st.text for st in states])
     action = None if actions[0] is None else _stack_actions(actions, pipe.device, n)
-    scheduler, timesteps = _schedule(pipe, states[0].next_block)
-    if pipe.unipc is not None:
-        pipe.unipc.reset()
+    solve = pipe.schedule.begin(states[0].next_block)  # a fresh solve per group: no history shared
     x0 = x
-    for s, t in enumerate(timesteps.tolist()):
+    for t in solve.timesteps.tolist():
         hooks.check_interrupt()
         with hooks.stage("denoise"):
             flow = _call(pipe, batch, text, x, t, starts, n, action)
-            if pipe.unipc is not None:
-                x, x0 = pipe.unipc.step(flow.float(), x)
-            else:
-                out = scheduler.step(flow.float(), s, x, renoise)
-                x0, x = out.x0, out.prev_sample
-        if pipe.unipc is not None and s + 1 == len(pipe.sigmas):
-            x0 = x  # the solve's final sample (σ = 0), as denoise_block records it
+            out = solve.step(flow.float(), x, renoise)
+            x0, x = out.x0, out.sample
+        if out.block is not None:
+            x0 = out.block  # the block as denoise_block records it
     with hooks.stage("context_pass"):
         _call(pipe, batch, text, x0, float(pipe.sampling.context_noise), starts, n, action)
     seconds = time.perf_counter() - t0

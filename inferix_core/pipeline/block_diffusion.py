@@ -25,7 +25,7 @@ import torch
 from ..cache import KVCache, KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
-from ..scheduler import FlowMatchScheduler, FlowUniPCSolver, SamplingConfig
+from ..scheduler import FlowMatchScheduler, SamplingConfig, make_scheduler
 from ..tensors import to_device_async
 
 log = logging.getLogger(__name__)
@@ -192,22 +192,13 @@ class BlockDiffusionPipeline:
         self.sampling = sampling
         self.cache_config = cache_config or KVCacheConfig()
         self.cache_config.check_block(sampling.block_frames)
-        self.scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
-        self.unipc = _unipc_solver(sampling)
-        self.first_scheduler = self.scheduler
-        if self.unipc is not None:
-            if sampling.first_block_denoising_steps is not None:
-                raise ConfigError("first_block_denoising_steps is not supported with the UniPC solver")
-            self.timesteps = self.unipc.timesteps.float()
-            self.sigmas = [float(s) for s in self.unipc.sigmas[:-1]]
-        else:
-            self.timesteps = self.scheduler.set_timesteps(sampling.denoising_steps, sampling.warp_denoising_steps)
-            self.sigmas = list(self.scheduler.step_sigmas)
-            first = sampling.first_block_denoising_steps
-            if first is not None:  # block 0 walks its own list (Causal-Forcing++): a second scheduler holds it
-                self.first_scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
-                self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
-        self.first_timesteps = self.first_scheduler.step_timesteps if self.unipc is None else self.timesteps
+        self.schedule = make_scheduler(sampling)  # begin(block) -> the block's solve, the same for every solver
+        # read-only views of the schedule for tests and benchmarks (the flow-match tables, its σ and timesteps)
+        self.scheduler = getattr(self.schedule, "scheduler", None) or FlowMatchScheduler(
+            sampling.shift, sampling.num_train_timesteps
+        )
+        self.timesteps, self.sigmas = self.schedule.timesteps, self.schedule.sigmas
+        self.first_timesteps = self.schedule.begin(0).timesteps
         self.kv_cache = None  # the last run's cache (for inspection and tests)
         self.stream_state: StreamState | None = None  # the last stream()'s state and re-cache history
         self.stream_history: list = []
@@ -489,26 +480,20 @@ class BlockDiffusionPipeline:
         if self.sampling.kv_recompute_frames:
             with hooks.stage("kv_recompute"):
                 position = self.recompute_cache(state)
-        scheduler = self.first_scheduler if index == 0 else self.scheduler
-        timesteps = self.timesteps if self.unipc is not None else scheduler.step_timesteps
-        if self.unipc is not None:
-            self.unipc.reset()
-        for s, t in enumerate(timesteps.tolist()):
+        solve = self.schedule.begin(index)
+        for s, t in enumerate(solve.timesteps.tolist()):
             hooks.check_interrupt()
             with hooks.stage("denoise"):
                 if prefix is not None:  # the clean frames go in at t = 0 and come out unchanged
                     x[:, :clean] = prefix
                 flow = self._call(state, x, t, position, n, action, clean_frames=clean)
-                if self.unipc is not None:
-                    x, x0 = self.unipc.step(flow.float(), x)
-                else:
-                    out = scheduler.step(flow.float(), s, x, renoise)
-                    x0, x = out.x0, out.prev_sample
+                out = solve.step(flow.float(), x, renoise)
+                x0, x = out.x0, out.sample
                 if prefix is not None:
                     x0[:, :clean] = prefix
             hooks.on_step(index, s, x0)
-            if self.unipc is not None and s + 1 == len(self.sigmas):
-                x0 = x  # the solve's final sample (σ = 0) is the block, as the reference records it
+            if out.block is not None:  # the last step: the block as the reference records it
+                x0 = out.block
                 if prefix is not None:
                     x0[:, :clean] = prefix
         pending: DeferredContextPass | None = None
@@ -671,20 +656,6 @@ def _graph_runner(model):
             log.warning("this model's cuda_graphs runner belongs to another module (a copy?); running eagerly")
         return None
     return runner
-
-
-def _unipc_solver(sampling: SamplingConfig) -> FlowUniPCSolver | None:
-    """The UniPC solver of a `solver="unipc"` config, its timesteps checked against `denoising_steps`."""
-    if sampling.solver != "unipc":
-        return None
-    solver = FlowUniPCSolver(len(sampling.denoising_steps), sampling.shift, sampling.num_train_timesteps)
-    expected = tuple(int(t) for t in solver.timesteps)
-    if sampling.denoising_steps != expected:
-        raise ConfigError(
-            f"with the UniPC solver, {len(expected)} steps at shift {sampling.shift} are the timesteps "
-            f"{','.join(map(str, expected))}; got {','.join(map(str, sampling.denoising_steps))}"
-        )
-    return solver
 
 
 def _check_clean_prefix(prefix: torch.Tensor | None, block_shape: tuple[int, ...]) -> torch.Tensor | None:

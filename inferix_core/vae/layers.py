@@ -114,7 +114,7 @@ def _zeros(shape: tuple[int, ...], like: Tensor, fmt: torch.memory_format) -> Te
     return torch.empty(shape, dtype=like.dtype, device=like.device, memory_format=fmt).zero_()
 
 
-def _format(opts: VAEDecodeOptions, ndim: int = 5) -> torch.memory_format:
+def memory_format_for(opts: VAEDecodeOptions, ndim: int = 5) -> torch.memory_format:
     """The layout the options ask for, for 5-D activations/weights or 4-D per-frame ones."""
     if not opts.channels_last:
         return torch.contiguous_format
@@ -182,7 +182,7 @@ def norm_silu_padded(
     hist = conv.history_frames
     past = cache.frames.get(conv.cache_key) if cache is not None else None
     B, C, T, H, W = x.shape
-    fmt = _format(opts)
+    fmt = memory_format_for(opts)
     if opts.compile:
         if past is None:
             past = _zeros((B, C, hist, H, W), x, fmt)
@@ -334,7 +334,7 @@ class Upsample(nn.Module):
             previous = past[:, :, -1:] if past is not None else torch.zeros_like(x)
             cache.frames[self.time_conv.cache_key] = torch.cat([torch.where(previous == 0, 0, x), x], dim=2)
         if opts is not None and (opts.fused or opts.channels_last):
-            return _interleave_frames(head, y, _format(opts))
+            return _interleave_frames(head, y, memory_format_for(opts))
         y = y.reshape(B, 2, C, T, H, W)  # (B, 2, C, T, H, W)
         y = y.permute(0, 2, 3, 1, 4, 5).reshape(B, C, 2 * T, H, W)  # frame 2i from half 0, 2i+1 from half 1
         return torch.cat([head, y], dim=2)
@@ -346,11 +346,13 @@ class Upsample(nn.Module):
         the 3x3 taps that land on the same input pixel are summed into a 2x2 kernel per phase (a, b).
         With padding 1 the 2x2 conv gives (H+1, W+1) outputs; phase (a, b) is read at offset (a, b).
         """
-        weight, bias = self._subpixel_params(_format(opts, 4))
+        weight, bias = self._subpixel_params(memory_format_for(opts, 4))
         z = F.conv2d(y, weight, bias, padding=1)  # (N, 4·C_out, H+1, W+1), channels (a, b, c)
         N, _, H, W = y.shape
         c_out = weight.shape[0] // 4
-        out = torch.empty((N, c_out, 2 * H, 2 * W), dtype=z.dtype, device=z.device, memory_format=_format(opts, 4))
+        out = torch.empty(
+            (N, c_out, 2 * H, 2 * W), dtype=z.dtype, device=z.device, memory_format=memory_format_for(opts, 4)
+        )
         phases = out.unflatten(2, (H, 2)).unflatten(4, (W, 2))  # (N, C_out, H, 2, W, 2)
         for a in (0, 1):
             for b in (0, 1):

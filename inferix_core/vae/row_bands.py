@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from .config import VAEDecodeOptions
-from .layers import AttentionBlock, CausalConv3d, CausalConvCache, ResidualBlock, Upsample, _format
+from .layers import AttentionBlock, CausalConv3d, CausalConvCache, ResidualBlock, Upsample, memory_format_for
 
 
 def _spatial_reach(conv: nn.Module) -> int:
@@ -188,7 +188,7 @@ def run_in_row_bands(
     cores = band_cores(rows, bands)
     entries = _BandedEntries(cache, cache_scales(layers), rows)
     out, started = None, set(cache.started)
-    fmt = _format(opts) if opts is not None else torch.contiguous_format
+    fmt = memory_format_for(opts) if opts is not None else torch.contiguous_format
     for j, (c0, c1) in enumerate(cores):
         a0, a1 = max(0, c0 - halo), min(rows, c1 + halo)
         entries.next_a0 = max(0, cores[j + 1][0] - halo) if j + 1 < len(cores) else None

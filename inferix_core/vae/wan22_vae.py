@@ -36,7 +36,7 @@ from .layers import (
     assign_cache_keys,
 )
 from .memory import DecodeSlicing
-from .wan_vae import WanVAE, _Head, _run
+from .wan_vae import OutputHead, WanVAE, run_layers
 
 if TYPE_CHECKING:
     from .streaming import StreamDecoder
@@ -131,7 +131,7 @@ class DownStage(nn.Module):
         self.downsamples = nn.ModuleList(layers)
 
     def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
-        return _run(self.downsamples, x, cache) + self.avg_shortcut(x)
+        return run_layers(self.downsamples, x, cache) + self.avg_shortcut(x)
 
 
 class UpStage(nn.Module):
@@ -149,7 +149,7 @@ class UpStage(nn.Module):
         self.upsamples = nn.ModuleList(layers)
 
     def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
-        main = _run(self.upsamples, x, cache, opts)
+        main = run_layers(self.upsamples, x, cache, opts)
         if self.avg_shortcut is None:
             return main
         shortcut = self.avg_shortcut(x, cache)
@@ -172,12 +172,12 @@ class Encoder22(nn.Module):
         self.middle = nn.ModuleList(
             [ResidualBlock(dims[-1], dims[-1]), AttentionBlock(dims[-1]), ResidualBlock(dims[-1], dims[-1])]
         )
-        self.head = _Head(dims[-1], 2 * cfg.z_dim)
+        self.head = OutputHead(dims[-1], 2 * cfg.z_dim)
 
     def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
         x = self.conv1(patchify(x, self.patch_size), cache)
-        x = _run(self.downsamples, x, cache)
-        x = _run(self.middle, x, cache)
+        x = run_layers(self.downsamples, x, cache)
+        x = run_layers(self.middle, x, cache)
         return self.head(x, cache)
 
 
@@ -199,12 +199,12 @@ class Decoder22(nn.Module):
             UpStage(a, b, cfg.num_res_blocks + 1, i < len(temporal_up) and temporal_up[i], i != last)
             for i, (a, b) in enumerate(itertools.pairwise(dims))
         )
-        self.head = _Head(dims[-1], 3 * cfg.patch_size**2)
+        self.head = OutputHead(dims[-1], 3 * cfg.patch_size**2)
 
     def forward(self, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
         x = self.conv1(x, cache)
-        x = _run(self.middle, x, cache, opts)
-        x = _run(self.upsamples, x, cache, opts)
+        x = run_layers(self.middle, x, cache, opts)
+        x = run_layers(self.upsamples, x, cache, opts)
         return unpatchify(self.head(x, cache, opts), self.patch_size)
 
 

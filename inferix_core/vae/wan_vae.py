@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _run(layers: nn.ModuleList, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None) -> Tensor:
+def run_layers(
+    layers: nn.ModuleList, x: Tensor, cache: CausalConvCache, opts: VAEDecodeOptions | None = None
+) -> Tensor:
     for layer in layers:
         x = layer(x, cache, opts) if not isinstance(layer, nn.SiLU) else layer(x)
     return x
@@ -62,7 +64,7 @@ def _cudnn_benchmark(enabled: bool) -> Iterator[None]:
         torch.backends.cudnn.benchmark = previous
 
 
-class _Head(nn.ModuleList):
+class OutputHead(nn.ModuleList):
     """RMS_norm, SiLU, causal conv; indexed 0/1/2 like the reference's head Sequential."""
 
     def __init__(self, in_dim: int, out_dim: int) -> None:
@@ -96,12 +98,12 @@ class Encoder3d(nn.Module):
         self.middle = nn.ModuleList(
             [ResidualBlock(dims[-1], dims[-1]), AttentionBlock(dims[-1]), ResidualBlock(dims[-1], dims[-1])]
         )
-        self.head = _Head(dims[-1], 2 * cfg.z_dim)
+        self.head = OutputHead(dims[-1], 2 * cfg.z_dim)
 
     def forward(self, x: Tensor, cache: CausalConvCache) -> Tensor:
         x = self.conv1(x, cache)
-        x = _run(self.downsamples, x, cache)
-        x = _run(self.middle, x, cache)
+        x = run_layers(self.downsamples, x, cache)
+        x = run_layers(self.middle, x, cache)
         return self.head(x, cache)
 
 
@@ -131,7 +133,7 @@ class Decoder3d(nn.Module):
                 in_dim = out_dim // 2  # the upsample's conv halves the channels
                 scale *= 2.0
         self.upsamples = nn.ModuleList(layers)
-        self.head = _Head(dims[-1], 3)
+        self.head = OutputHead(dims[-1], 3)
         # Where row bands start (`row_bands` > 1): the last two resolution stages (after the second-to-last
         # upsample), never before an attention block (it needs whole frames). Banding from the middle block
         # would need a halo of 13 latent rows (the low-resolution stages' convs, 104 px each side at 8×) and
@@ -146,11 +148,11 @@ class Decoder3d(nn.Module):
         """`row_bands` > 1 runs the stages after the middle block in that many row bands with a halo
         (vae/row_bands.py): the same pixels, a fraction of the full-resolution activations alive at once."""
         x = self.conv1(x, cache)
-        x = _run(self.middle, x, cache, opts)
+        x = run_layers(self.middle, x, cache, opts)
         if row_bands > 1:
-            x = _run(self.upsamples[: self.band_from], x, cache, opts)
+            x = run_layers(self.upsamples[: self.band_from], x, cache, opts)
             return run_in_row_bands([*self.upsamples[self.band_from :], self.head], x, cache, opts, row_bands)
-        x = _run(self.upsamples, x, cache, opts)
+        x = run_layers(self.upsamples, x, cache, opts)
         return self.head(x, cache, opts)
 
 

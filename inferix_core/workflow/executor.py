@@ -22,7 +22,7 @@ from ..sinks.paths import make_output_dir, publish_mark, published_since
 from .loader import Workflow, as_schemas, load_workflow
 from .overrides import apply_overrides
 from .progress import NullProgress, TqdmProgress, check_interrupt, clear_interrupt, use_progress
-from .validation import _id_sort_key, is_link, needed_nodes, output_nodes, validate
+from .validation import id_sort_key, is_link, needed_nodes, output_nodes, validate
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def execution_order(workflow: Workflow, targets: Iterable[str]) -> list[str]:
     order: list[str] = []
     done: set[str] = set()
     while len(order) < len(needed):
-        ready = sorted((n for n in needed if n not in done and deps[n] <= done), key=_id_sort_key)
+        ready = sorted((n for n in needed if n not in done and deps[n] <= done), key=id_sort_key)
         if not ready:
             raise WorkflowError("the workflow has a cycle; run validate() for details")
         for nid in ready:

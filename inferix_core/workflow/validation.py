@@ -115,14 +115,14 @@ def validate(workflow: Workflow, node_definitions: Mapping[str, Any]) -> Workflo
 
     # 3. Inputs of every node an output depends on.
     needed = needed_nodes(workflow, outputs)
-    for nid in sorted(needed, key=_id_sort_key):
+    for nid in sorted(needed, key=id_sort_key):
         node = workflow[nid]
         schema = schemas.get(node["class_type"])
         if schema is not None:
             issues.extend(_check_node(nid, node, schema, workflow, schemas, node_definitions.get(node["class_type"])))
     skipped = set(workflow) - needed
     if skipped:
-        log.info("nodes not needed by any output are skipped: %s", ", ".join(sorted(skipped, key=_id_sort_key)))
+        log.info("nodes not needed by any output are skipped: %s", ", ".join(sorted(skipped, key=id_sort_key)))
 
     # 4. No cycles.
     cycle = find_cycle(workflow, needed)
@@ -326,7 +326,7 @@ def find_cycle(workflow: Workflow, among: set[str]) -> list[str] | None:
             if is_link(v) and v[0] in workflow and v[0] in among:
                 yield v[0]
 
-    for root in sorted(among, key=_id_sort_key):
+    for root in sorted(among, key=id_sort_key):
         if root in color:
             continue
         path = [root]
@@ -353,5 +353,5 @@ def _describe_type(spec: InputSpec) -> str:
     return spec.type_name
 
 
-def _id_sort_key(nid: str) -> tuple[int, Any]:
+def id_sort_key(nid: str) -> tuple[int, Any]:
     return (0, int(nid)) if nid.isdigit() else (1, nid)

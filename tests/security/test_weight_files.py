@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from inferix_core.errors import CheckpointLayoutError, InferixError
-from inferix_core.models.registry import _load_text_encoder, _load_vae, load_world_model
+from inferix_core.models.registry import load_text_encoder, load_vae, load_world_model
 
 SECRET = b"root:x:0:0:secret-line-that-must-not-leak\n" * 50
 
@@ -57,8 +57,8 @@ def bad_files(folder):
 
 
 LOADERS = {
-    "vae": lambda p: _load_vae(str(p), torch.device("cpu"), torch.float32),
-    "text_encoder": lambda p: _load_text_encoder(str(p), 16, torch.device("cpu"), torch.float32),
+    "vae": lambda p: load_vae(str(p), torch.device("cpu"), torch.float32),
+    "text_encoder": lambda p: load_text_encoder(str(p), 16, torch.device("cpu"), torch.float32),
     "transformer": lambda p: load_world_model(str(p), device="cpu"),
 }
 KINDS = [

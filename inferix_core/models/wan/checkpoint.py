@@ -77,7 +77,7 @@ class _Plan:
     dropped: list[str] = field(default_factory=list)
 
 
-def _plan_keys(src: TensorSource, source: str) -> tuple[_Plan, KeyLayout]:
+def plan_keys(src: TensorSource, source: str) -> tuple[_Plan, KeyLayout]:
     stripped = {strip_wrappers(k): k for k in src.keys()}  # noqa: SIM118 (a TensorSource, not a dict)
     layout = analyse_keys(stripped, source, src.container)
     plan = _Plan()
@@ -193,7 +193,7 @@ def _open(path: Path, container: str | None) -> TensorSource:
 def _read_config(path: Path, src: TensorSource, num_heads: int | None, allow_i2v: bool):
     """Steps 1–2 of loading: keys → layout → canonical names, then the config from the shapes."""
     name = f"'{path.name}'"
-    plan, layout = _plan_keys(src, name)
+    plan, layout = plan_keys(src, name)
     shapes = {k: tuple(src.shape(s)) for k, s in plan.tensors.items()}
     if "patch_embedding.weight" not in shapes:  # e.g. a diffusers file with an unknown naming
         raise CheckpointLayoutError(f"{name}: no tensor maps to 'patch_embedding.weight'. {EXPECTED_LAYOUTS_TEXT}")

@@ -218,9 +218,9 @@ def open_tensor_source(path: Path, containers: Sequence[str] = ()) -> TensorSour
         return SafetensorsSource([path])
     if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch zip / legacy pickle
         if path.suffix == ".safetensors":  # torch.load would hand it to safetensors by its name
-            from ...tensors import _MISNAMED
+            from ...tensors import MISNAMED
 
-            raise CheckpointLayoutError(_MISNAMED.format(name=path.name, expected="transformer checkpoint"))
+            raise CheckpointLayoutError(MISNAMED.format(name=path.name, expected="transformer checkpoint"))
         return _load_torch(path, containers)
     raise CheckpointLayoutError(  # never quote the bytes: the file may be anything (a /prompt client chose it)
         f"'{path.name}' is neither a safetensors file nor a torch checkpoint; "
