@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, create_kv_cache, plan_memory
-from inferix_core.cache.offload import budget_for_offloaded
+from inferix_core.cache.offload_layout import budget_for_offloaded
 from inferix_core.cache.planner import estimate_offload
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig

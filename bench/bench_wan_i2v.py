@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inferix_core.models.fp8 import quantize_linears_fp8
 from inferix_core.models.registry import FAMILIES
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer, StartImageConditioning, compile_blocks
+from inferix_core.models.wan.block_inputs import StartImageConditioning
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer, compile_blocks
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 

@@ -15,7 +15,8 @@ from inferix_core.api import generate_video
 from inferix_core.errors import ConfigError
 from inferix_core.image_conditioning import StartImageLatents, start_image_pixels
 from inferix_core.models.registry import FAMILIES, WorldModel
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer, StartImageConditioning
+from inferix_core.models.wan.block_inputs import StartImageConditioning
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.session import InteractiveSession

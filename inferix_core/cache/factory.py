@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from ..errors import BackendUnavailableError
 from .interface import KVCache
-from .offload import OffloadedKVCache, offload_layout
+from .offload import OffloadedKVCache
+from .offload_layout import offload_layout
 from .paged import PagedKVCache
 from .quant import QuantizedKVCache
 from .ring import RingKVCache

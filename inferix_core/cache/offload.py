@@ -37,212 +37,22 @@ not combine with quantized pages yet (the factory says so).
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..errors import CacheBudgetError
-from .paged import CallPlan, DenseStore, PagedKVCache, planned_pages
+from ..errors import ConfigError
+from .copy_lanes import ComputeLane, CudaLane, HostLane, elapsed_seconds
+from .offload_layout import GiB, offload_layout
+from .paged import CallPlan, DenseStore, PagedKVCache
 from .spec import KVCacheConfig, KVCacheSpec
 from .table import DeviceIndex, contiguous_runs, token_slots
 
 log = logging.getLogger(__name__)
 
-GiB = 1024**3
-STAGING_BUFFERS = 2  # a 3rd adds a layer of lookahead but no bandwidth: when copies are the bottleneck it buys nothing
-
-
-@dataclass(frozen=True)
-class OffloadLayout:
-    """Which layers keep their pages on the GPU and which stream them from pinned host memory."""
-
-    offloaded: tuple[int, ...]
-    resident: tuple[int, ...]
-    layer_bytes: int  # K and V page storage of one layer (the whole planned window)
-    num_staging: int  # device buffers (layer_bytes each) the offloaded layers rotate through
-    block_bytes: int = 0  # K and V of one block of one layer: the device block buffer of an offloaded layer
-
-    @property
-    def num_offloaded(self) -> int:
-        return len(self.offloaded)
-
-    @property
-    def device_bytes(self) -> int:
-        return (len(self.resident) + self.num_staging) * self.layer_bytes + len(self.offloaded) * self.block_bytes
-
-    @property
-    def host_bytes(self) -> int:
-        return len(self.offloaded) * self.layer_bytes
-
-
-def _layer_and_block_bytes(config: KVCacheConfig, spec: KVCacheSpec) -> tuple[int, int]:
-    frame = spec.page_size_bytes()  # K and V of one frame of one layer
-    slots = planned_pages(config, spec) * (config.page_frames or spec.block_frames)
-    return slots * frame, spec.block_frames * frame
-
-
-def _device_bytes(num_layers: int, m: int, layer_bytes: int, block_bytes: int) -> int:
-    """GPU bytes with m of num_layers layers offloaded (what OffloadLayout.device_bytes will say)."""
-    return (num_layers - m + min(STAGING_BUFFERS, m)) * layer_bytes + m * block_bytes
-
-
-def offload_layout(config: KVCacheConfig, spec: KVCacheSpec) -> OffloadLayout:
-    """Choose the offloaded layers for `config.offload` and `config.gpu_budget_bytes`.
-
-    The fewest layers the budget allows are offloaded: per call every offloaded layer streams its past
-    window, so fewer offloaded layers is less PCIe traffic per call and more compute to hide it behind.
-    With m of L layers offloaded, layer i is offloaded when ⌊(i+1)·m/L⌋ > ⌊i·m/L⌋, which spreads them
-    evenly (L = 6, m = 2: layers 2 and 5), so every transfer has L/m layers of compute to hide behind.
-    """
-    layer_bytes, block_bytes = _layer_and_block_bytes(config, spec)
-    num_layers = spec.num_layers
-    budget = config.gpu_budget_bytes
-    if config.offload == "off" or (config.offload == "auto" and (budget is None or budget >= num_layers * layer_bytes)):
-        m = 0
-    elif config.offload == "always" or budget is None:
-        m = num_layers
-    else:  # fewest offloaded layers m whose resident layers + staging + block buffers fit the budget
-        fits = [m for m in range(1, num_layers + 1) if _device_bytes(num_layers, m, layer_bytes, block_bytes) <= budget]
-        if not fits:
-            need = _device_bytes(num_layers, num_layers, layer_bytes, block_bytes)
-            raise CacheBudgetError(
-                f"offloaded KV cache needs {need / GiB:.2f} GiB on the GPU even with every layer offloaded "
-                f"({min(STAGING_BUFFERS, num_layers)} staging layers of {layer_bytes / GiB:.2f} GiB + {num_layers} "
-                f"block buffers of {block_bytes / GiB:.3f} GiB) but gpu_budget_bytes is {budget / GiB:.2f} GiB. "
-                "Lower window_frames, set quantization='int8', or raise gpu_budget_bytes."
-            )
-        m = fits[0]
-    offloaded = tuple(i for i in range(num_layers) if (i + 1) * m // num_layers > i * m // num_layers)
-    resident = tuple(i for i in range(num_layers) if i not in offloaded)
-    return OffloadLayout(offloaded, resident, layer_bytes, min(STAGING_BUFFERS, m), block_bytes if m else 0)
-
-
-def budget_for_offloaded(config: KVCacheConfig, spec: KVCacheSpec, num_offloaded: int) -> int:
-    """The gpu_budget_bytes under which offload="auto" offloads exactly `num_offloaded` layers (≥ 3, or all).
-
-    Device bytes fall by layer_bytes − block_bytes per offloaded layer from the 3rd on (the first two
-    offloaded layers only trade places with the two staging buffers), so small m < 3 never pays off.
-    """
-    layer_bytes, block_bytes = _layer_and_block_bytes(config, spec)
-    return _device_bytes(spec.num_layers, num_offloaded, layer_bytes, block_bytes)
-
 
 def _elem(spec: KVCacheSpec) -> int:
     return torch.empty((), dtype=spec.dtype).element_size()
-
-
-# -- copy lanes: a CUDA stream, or its CPU emulation -----------------------------------------------------
-class HostEvent:
-    """CPU stand-in for a CUDA event: position `seq` in a HostLane's queue (None: already happened)."""
-
-    __slots__ = ("lane", "seq", "time")
-
-    def __init__(self, lane: HostLane | None = None, seq: int = 0):
-        self.lane, self.seq, self.time = lane, seq, None if lane is not None else time.perf_counter()
-
-    def query(self) -> bool:
-        return self.lane is None or self.lane.done >= self.seq
-
-    def synchronize(self) -> None:
-        if self.lane is not None:
-            self.lane.run_until(self.seq)
-
-
-class HostLane:
-    """CPU emulation of a side stream: an in-order queue of copies and waits.
-
-    "deferred": an entry runs only when an event after it is waited on (the latest a GPU could run it);
-    "eager": it runs when enqueued (program order). A missing wait shows as wrong values in one of them.
-    """
-
-    def __init__(self, schedule: str = "deferred"):
-        self.schedule = schedule
-        self.queue: deque[Callable[[], None]] = deque()
-        self.issued = self.done = 0
-
-    def _put(self, fn: Callable[[], None]) -> None:
-        self.queue.append(fn)
-        self.issued += 1
-        if self.schedule == "eager":
-            self.run_until(self.issued)
-
-    def run_until(self, seq: int) -> None:
-        while self.done < seq:
-            fn = self.queue.popleft()
-            self.done += 1  # before running: a wait inside may recurse into another lane, never into this one
-            fn()
-
-    def wait(self, event: HostEvent | None) -> None:
-        if event is not None:
-            self._put(event.synchronize)
-
-    def record(self, timing: bool = False) -> HostEvent:
-        ev = HostEvent(self, self.issued + 1)
-        self._put(lambda: setattr(ev, "time", time.perf_counter()))
-        return ev
-
-    def copies(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for dst, src in pairs:
-            self._put(lambda dst=dst, src=src: dst.copy_(src))
-
-    def synchronize(self) -> None:
-        self.run_until(self.issued)
-
-
-class CudaLane:
-    """A CUDA side stream (or, with stream=None, whatever stream is current: the compute stream)."""
-
-    def __init__(self, device: torch.device, side: bool):
-        self.device = device
-        self.stream = torch.cuda.Stream(device=device) if side else None
-
-    def _s(self) -> torch.cuda.Stream:
-        return self.stream if self.stream is not None else torch.cuda.current_stream(self.device)
-
-    def wait(self, event: torch.cuda.Event | None) -> None:
-        if event is not None:
-            self._s().wait_event(event)
-
-    def record(self, timing: bool = False) -> torch.cuda.Event:
-        ev = torch.cuda.Event(enable_timing=timing)
-        ev.record(self._s())
-        return ev
-
-    def copies(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Enqueue dst.copy_(src) for each pair; host sides are pinned, so each is one async memcpy."""
-        with torch.cuda.stream(self._s()):
-            for dst, src in pairs:
-                dst.copy_(src, non_blocking=True)
-
-    def synchronize(self) -> None:
-        self._s().synchronize()
-
-
-class ComputeLane:
-    """CPU: the compute "stream" is the host itself; a wait runs the side lane up to the event."""
-
-    def wait(self, event: HostEvent | None) -> None:
-        if event is not None:
-            event.synchronize()
-
-    def record(self, timing: bool = False) -> HostEvent:
-        return HostEvent()
-
-    def synchronize(self) -> None:
-        """Nothing queued: compute ran as it was called."""
-
-
-def _seconds(start, end) -> float | None:
-    """end − start in seconds once both happened (CUDA events may be on different streams), else None."""
-    if isinstance(start, HostEvent):
-        return None if start.time is None or end.time is None else end.time - start.time
-    if not (end.query() and start.query()):
-        return None
-    return start.elapsed_time(end) / 1000.0
 
 
 class OffloadStore(DenseStore):
@@ -448,6 +258,30 @@ class OffloadStore(DenseStore):
         return s.batch_size * s.num_heads * s.head_dim * _elem(s)
 
     # -- inspection and growth (never in the loop) -------------------------------------------------
+    def state_lists(self, frame_slots, saving: bool) -> dict[str, list[torch.Tensor]]:
+        """Saving: per-layer K/V as the resident paged store would hold them, i.e. the host pages with the frames
+        a block buffer holds and has not written back yet put into their slots of a copy (the live store is not
+        changed), so a state saved with offload resumes with or without it. Loading: the buffers themselves."""
+        if not saving:
+            return {"k": self.k, "v": self.v}
+        self._sync()  # every queued copy has landed (CPU lanes run their queues; CUDA synchronizes)
+        ft = self.spec.frame_tokens
+        ks, vs = list(self.k), list(self.v)
+        for j, layer in enumerate(self.layout.offloaded):
+            if not self._pending[j]:
+                continue
+            slots = frame_slots(list(self._pending[j]))
+            if (slots < 0).any():
+                raise ConfigError(
+                    f"offloaded frames {list(self._pending[j])} have no page; save the world between blocks"
+                )
+            for out, blk in ((ks, self.blk_k[j]), (vs, self.blk_v[j])):
+                merged = out[layer].clone()
+                for i, s in enumerate(slots.tolist()):
+                    merged[:, s * ft : (s + 1) * ft] = blk[:, i * ft : (i + 1) * ft].to(merged.device)
+                out[layer] = merged
+        return {"k": ks, "v": vs}
+
     def _sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
@@ -504,7 +338,7 @@ class OffloadStore(DenseStore):
         if len(self._timings) > limit:
             pending = []
             for kind, start, done in self._timings:
-                secs = _seconds(start, done)
+                secs = elapsed_seconds(start, done)
                 if secs is None:
                     pending.append((kind, start, done))
                 elif kind == "h2d":
@@ -515,7 +349,7 @@ class OffloadStore(DenseStore):
         if len(self._stalls) > limit:
             pending = []
             for reach, ready in self._stalls:
-                secs = _seconds(reach, ready)
+                secs = elapsed_seconds(reach, ready)
                 if secs is None:
                     pending.append((reach, ready))
                     continue

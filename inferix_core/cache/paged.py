@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from .interface import LayerKV
 from .pool import BlockPool
 from .spec import KVCacheConfig, KVCacheSpec
+from .state import Snapshot, counters_of, load_named_buffers, named_buffers, set_counters
 from .table import BlockTable, DeviceIndex, copy_token_rows, token_slots
 from .window import SlidingWindow
 
@@ -84,6 +85,17 @@ class DenseStore:
         idx = torch.from_numpy(token_slots(frame_slots, self.spec.frame_tokens)).to(self.k[layer].device)
         return self.k[layer].index_select(1, idx), self.v[layer].index_select(1, idx)
 
+    def state_lists(self, frame_slots, saving: bool) -> dict[str, list[torch.Tensor]]:
+        """The buffers a world file holds, by name (frame_slots: the cache's frame -> slot map, for stores that
+        still hold frames outside their buffers)."""
+        return {"k": self.k, "v": self.v}
+
+    def state_meta(self) -> dict:
+        return {}
+
+    def load_state_meta(self, meta: dict) -> None:
+        return None
+
     def grow(self, num_frame_slots: int) -> None:
         extra = num_frame_slots - self.num_frame_slots
         self.k = [torch.cat([b, self._alloc(extra)], dim=1) for b in self.k]
@@ -129,7 +141,7 @@ class PagedKVCache(SlidingWindow):
         self.config, self.spec = config, spec
         self.page_frames = config.page_frames or spec.block_frames
         self.sink_frames = 0 if config.is_global else config.sink_frames
-        self.ring_frames = None if config.is_global else config.window_frames - self.sink_frames
+        self.ring_frames = config.ring_frames
         num_pages = planned_pages(config, spec)
         self.pool = BlockPool(num_pages)
         self.table = BlockTable(self.page_frames, spec.frame_tokens)
@@ -219,6 +231,47 @@ class PagedKVCache(SlidingWindow):
         self.pool.grow(num_pages - self.pool.num_pages)
         self.store.grow(num_pages * self.page_frames)
 
+    # -- state (world files): the store's buffers, the page table, the pool ------------------------
+    state_kind = "paged"
+    DENSE_STORES = ("paged", "offload")  # one format: the same slots, read in the same order
+
+    def state_dict(self, prefix: str = "") -> Snapshot:
+        meta = counters_of(self)
+        pool = self.pool.state_dict()
+        meta.update(
+            kind=self.state_kind,
+            store=self.store.kind,
+            page_frames=self.page_frames,
+            window_origin=self.window_origin,
+            num_pages=pool["num_pages"],
+            ref_counts=pool["ref_counts"],
+            free=pool["free"],
+            pool_counters=pool["pool_counters"],
+            table=[[lp, pid] for lp, pid in self.table.pages.items()],  # insertion order kept
+        )
+        lists = self.store_state_lists(saving=True)
+        meta.update(self.store.state_meta())
+        return named_buffers(f"{prefix}store.", lists), meta
+
+    def store_state_lists(self, saving: bool) -> dict[str, list[torch.Tensor]]:
+        if not hasattr(self.store, "state_lists"):
+            raise ConfigError(f"saving a world state with the '{self.store.kind}' KV store is not supported")
+        return self.store.state_lists(self.frame_slots, saving=saving)
+
+    def load_state_dict(self, tensors: dict, meta: dict, prefix: str = "") -> None:
+        saved, here = meta.get("store", "paged"), self.store.kind
+        if saved != here and not (saved in self.DENSE_STORES and here in self.DENSE_STORES):
+            raise ConfigError(f"the saved KV pages are '{saved}' but this run's cache stores them as '{here}'")
+        if meta["num_pages"] > self.pool.num_pages:
+            self._grow(meta["num_pages"])
+        load_named_buffers(f"{prefix}store.", self.store_state_lists(saving=False), tensors)
+        self.pool.load_state_dict(meta)
+        self.table.pages = {lp: pid for lp, pid in meta["table"]}
+        set_counters(self, meta)
+        self.window_origin = meta["window_origin"]
+        self.plan = None
+        self.store.load_state_meta(meta)
+
     # -- interface ---------------------------------------------------------------------------------
     def layer(self, index: int) -> LayerKV:
         return self._views[index]
@@ -289,7 +342,7 @@ def planned_pages(config: KVCacheConfig, spec: KVCacheSpec) -> int:
     if config.is_global:
         planned = spec.max_frames or 8 * spec.block_frames
         return max(1, -(-(planned - (config.residual_frames if quant else 0)) // P))
-    sink, ring = config.sink_frames, config.window_frames - config.sink_frames
+    sink, ring = config.sink_frames, config.ring_frames
     if quant:
         sink, ring = 0, ring - config.residual_frames
     if ring <= 0:

@@ -22,7 +22,7 @@ import torch
 from ..errors import CacheBudgetError, ConfigError
 from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
 from .factory import cache_kind
-from .offload import offload_layout
+from .offload_layout import offload_layout
 from .paged import planned_pages
 from .spec import KVCacheConfig, KVCacheSpec
 

@@ -99,6 +99,22 @@ class BlockPool:
         log.info("KV page pool grows from %d to %d pages", start, self.num_pages)
         return [p.page_id for p in new]
 
+    def state_dict(self) -> dict:
+        return {
+            "num_pages": self.num_pages,
+            "ref_counts": [p.ref_cnt for p in self.pages],
+            "free": list(self._free),
+            "pool_counters": [self.num_allocations, self.num_frees, self.peak_used],
+        }
+
+    def load_state_dict(self, meta: dict) -> None:
+        """A saved pool into this one (equal or larger): pages beyond the saved ones stay free."""
+        refs = meta["ref_counts"]
+        for page in self.pages:
+            page.ref_cnt = refs[page.page_id] if page.page_id < len(refs) else 0
+        self._free = deque(meta["free"] + list(range(len(refs), self.num_pages)))
+        self.num_allocations, self.num_frees, self.peak_used = meta["pool_counters"]
+
     def reset(self) -> None:
         """Free everything (between runs); the storage behind the ids is kept by the store."""
         for p in self.pages:

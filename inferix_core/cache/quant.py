@@ -167,6 +167,26 @@ class QuantStore:
         self._n_sink, self._n_q = len(sink) * ft, len(mid)
         self.end_frame = plan.end_frame
 
+    # -- state (world files) -----------------------------------------------------------------------
+    STATE_LISTS = ("k_codes", "v_codes", "k_scale", "k_zero", "v_scale", "v_zero")
+
+    def state_lists(self, frame_slots, saving: bool) -> dict[str, list[torch.Tensor]]:
+        """Codes, scales and zeros of every page plus the full-precision sink and residual ring; saving first
+        quantizes what is still queued, as commit() does for a begin() without a call."""
+        if saving:
+            for layer in sorted(self._pending_layers):
+                self._quantize_pending(layer)
+        lists = {name: getattr(self, name) for name in self.STATE_LISTS}
+        lists.update(fp_k=self.fp_k, fp_v=self.fp_v)
+        return lists
+
+    def state_meta(self) -> dict:
+        return {"quant": {"end_frame": self.end_frame, "quantized_frames": self.quantized_frames}}
+
+    def load_state_meta(self, meta: dict) -> None:
+        self.end_frame = meta["quant"]["end_frame"]
+        self.quantized_frames = meta["quant"]["quantized_frames"]
+
     # -- tensor work -------------------------------------------------------------------------------
     def _quantize_pending(self, layer: int) -> None:
         """Move the queued frames of `layer` from its fp ring into quantized pages."""

@@ -32,6 +32,7 @@ import torch
 from ..errors import ConfigError
 from .interface import LayerKV
 from .spec import KVCacheConfig, KVCacheSpec
+from .state import Snapshot, counters_of, load_named_buffers, named_buffers, set_counters
 from .table import DeviceIndex, copy_token_rows
 from .window import SlidingWindow
 
@@ -178,6 +179,22 @@ class RingKVCache(SlidingWindow):
         self.v = [torch.cat([b, b.new_empty(b.shape[0], extra, *b.shape[2:])], dim=1) for b in self.v]
         self.capacity_frames = frames
         self.ring_frames = frames
+
+    # -- state (world files) -----------------------------------------------------------------------
+    state_kind = "ring"
+
+    def state_dict(self, prefix: str = "") -> Snapshot:
+        """The K/V buffers whole (slot layout included), the window origin and the counters."""
+        meta = counters_of(self)
+        meta.update(kind=self.state_kind, window_origin=self.window_origin, capacity_frames=self.capacity_frames)
+        return named_buffers(prefix, {"k": self.k, "v": self.v}), meta
+
+    def load_state_dict(self, tensors: dict, meta: dict, prefix: str = "") -> None:
+        if meta["capacity_frames"] > self.capacity_frames:  # a global cache that had grown
+            self._grow(meta["capacity_frames"])
+        load_named_buffers(prefix, {"k": self.k, "v": self.v}, tensors)
+        set_counters(self, meta)
+        self.window_origin = meta["window_origin"]
 
     def reset(self) -> None:
         """Forget every frame (buffers are kept and overwritten)."""

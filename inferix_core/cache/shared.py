@@ -219,7 +219,7 @@ class StreamKVCache(PagedKVCache):
         self.config, self.spec = config, spec
         self.page_frames = arena.page_frames
         self.sink_frames = 0 if config.is_global else config.sink_frames
-        self.ring_frames = None if config.is_global else config.window_frames - self.sink_frames
+        self.ring_frames = config.ring_frames
         self.pool: BlockPool = arena.pool
         self.table = BlockTable(self.page_frames, spec.frame_tokens)
         self.store = _ArenaStore(arena)

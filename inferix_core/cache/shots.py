@@ -24,6 +24,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .ring import RingKVCache
 from .spec import KVCacheConfig, KVCacheSpec
+from .state import Snapshot
 
 
 class ShotSinkKVCache(RingKVCache):
@@ -42,6 +43,24 @@ class ShotSinkKVCache(RingKVCache):
         self.pin_position = -1  # index into _order of the first pinned frame (-1: no pin)
         self.pin_frames = 0
         self.num_pins = 0
+
+    # -- state (world files): the ring's, plus the frame order, slots and the pinned shot sink ------------
+    state_kind = "shot_sink"
+
+    def state_dict(self, prefix: str = "") -> Snapshot:
+        tensors, meta = super().state_dict(prefix)
+        meta.update(
+            order=list(self._order), slots=[[f, s] for f, s in self._slot.items()], free=list(self._free),
+            pin_position=self.pin_position, pin_frames=self.pin_frames, num_pins=self.num_pins,
+        )  # fmt: skip
+        return tensors, meta
+
+    def load_state_dict(self, tensors: dict, meta: dict, prefix: str = "") -> None:
+        super().load_state_dict(tensors, {**meta, "window_origin": self.window_origin}, prefix)
+        self._order = [int(f) for f in meta["order"]]
+        self._slot = {int(f): int(s) for f, s in meta["slots"]}
+        self._free = [int(s) for s in meta["free"]]
+        self.pin_position, self.pin_frames, self.num_pins = meta["pin_position"], meta["pin_frames"], meta["num_pins"]
 
     # -- bookkeeping (host only) -------------------------------------------------------------------
     def slot_of(self, frame: int) -> int:

@@ -52,6 +52,11 @@ class KVCacheConfig:
     def is_global(self) -> bool:
         return self.window_frames == -1
 
+    @property
+    def ring_frames(self) -> int | None:
+        """The window's frames that roll (window − sink, the frames after the sink); None for a global cache."""
+        return None if self.is_global else self.window_frames - self.sink_frames
+
     def check_block(self, block_frames: int) -> None:
         """A block must fit in the window beside the sink frames (the reference silently corrupts otherwise)."""
         if not self.is_global and self.window_frames < self.sink_frames + block_frames:

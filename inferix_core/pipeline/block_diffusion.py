@@ -13,154 +13,30 @@ The loop yields each clean block as soon as it exists, so decoding and streaming
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterator
 
 import torch
 
-from ..cache import KVCache, KVCacheConfig, KVCacheSpec, create_kv_cache
+from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler, SamplingConfig, make_scheduler
 from ..tensors import to_device_async
+from .frames import check_clean_prefix, initial_block_ranges, keep_resident
+from .graphs import graph_runner
+from .types import (
+    BlockOutput,
+    DeferredContextPass,
+    FirstFrameEncoder,
+    GenerationRequest,
+    PipelineHooks,
+    SeededNoise,
+    StreamState,
+)
 
 log = logging.getLogger(__name__)
-
-
-class SeededNoise:
-    """Gaussian noise from one torch.Generator, in the reference's draw order.
-
-    The reference draws the whole initial noise first, then one tensor per re-noise step. With
-    `total_shape` given (a finite run) we do the same, so a seed reproduces the reference bitwise on CPU.
-    Without it (an open-ended stream) each block's initial noise is drawn when the block starts.
-    Noise is drawn on `device` ("cpu" by default, so CPU and GPU runs see the same numbers).
-    """
-
-    def __init__(self, seed: int, device: str | torch.device = "cpu", total_shape: tuple[int, ...] | None = None):
-        self.generator = torch.Generator(device=device).manual_seed(int(seed))
-        self.device = device
-        self._upfront = torch.randn(total_shape, generator=self.generator, device=device) if total_shape else None
-
-    def initial(self, start_frame: int, shape: tuple[int, ...]) -> torch.Tensor:
-        if self._upfront is not None:
-            return self._upfront[:, start_frame : start_frame + shape[1]]
-        return torch.randn(shape, generator=self.generator, device=self.device)
-
-    def step(self, block: int, step: int, shape: tuple[int, ...]) -> torch.Tensor:
-        return torch.randn(shape, generator=self.generator, device=self.device)
-
-
-@dataclass
-class GenerationRequest:
-    """One generation. Latent tensors are (B, F, C, H, W)."""
-
-    num_blocks: int
-    latent_height: int
-    latent_width: int
-    context: torch.Tensor  # (B, L, text_dim) prompt embedding, or (B, L, clip_dim) image tokens (Matrix-Game)
-    seed: int = 0
-    batch_size: int = 1
-    noise: SeededNoise | object | None = None  # anything with initial() and step(); default SeededNoise(seed)
-    # (B, F, A) or fn(start, n), or an object with for_block(start, n) (MatrixGameConditioning) whose result the
-    # model takes as `action` in every call of that block
-    actions: torch.Tensor | Callable[[int, int], torch.Tensor] | object | None = None
-    prompt_schedule: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (block index, context)
-    initial_latents: torch.Tensor | None = None  # clean frames to continue from (B, F0, C, H, W)
-    # at a prompt_schedule switch: False = hard switch (cached K/V kept), True = LongLive's KV re-cache
-    # (`BlockDiffusionPipeline.recache_window`) under the new prompt first
-    recache_on_switch: bool = False
-    # Wan 2.2 TI2V / LongLive 2.0 image start: clean latents (B, k, C, H, W) held as the first k frames of the
-    # first generated block, at timestep 0 in every call of that block (the other frames denoise as usual)
-    clean_first_latents: torch.Tensor | None = None
-    # Wan 2.1 I2V: CLIP vision tokens (B, 257, clip_dim) of the start image, attended beside the prompt (`context`)
-    image_context: torch.Tensor | None = None
-    # LongLive 2.0 shots: generated-block indices (>= 1) that start a new shot; with the sampling's shot settings
-    # each pins its first frames as a shot sink and shifts RoPE by one more shot_rope_offset (SamplingConfig)
-    shot_blocks: tuple[int, ...] = ()
-    # continue a saved world (`world_state.load_world_state`) instead of a fresh stream: no initial latents;
-    # `resume_history` are the (start, clean latents, action) blocks a re-cache re-runs (`stream_history`)
-    resume_state: StreamState | None = None
-    resume_history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = field(default_factory=list)
-    keep_history: bool = False  # keep `stream_history` without a prompt switch too (to save the world at the end)
-    # write the last block's clean K/V too: only a stream that is continued or saved reads them (the frames are
-    # the same either way); generate_video turns it off unless it keeps the world state
-    final_context_pass: bool = True
-
-
-@dataclass
-class BlockOutput:
-    index: int
-    start_frame: int
-    latents: torch.Tensor  # (B, n, C, H, W) clean x0 of the block
-    seconds: float  # wall time of this block's model calls
-    is_initial: bool = False  # an initial (given) block, not generated
-
-
-@dataclass
-class StreamState:
-    """What one stream carries from block to block, held explicitly so a caller can change it at a boundary.
-
-    `BlockDiffusionPipeline.stream()` keeps one for a finite request; `InteractiveSession` keeps one open-ended
-    and swaps `text` (prompt switch) or re-writes `cache` (re-cache) between blocks.
-    """
-
-    cache: KVCache
-    text: Any  # CrossAttentionCache of the current prompt
-    noise: Any  # anything with initial(start_frame, shape) and step(block, step, shape)
-    latent_height: int
-    latent_width: int
-    batch_size: int = 1
-    next_frame: int = 0  # absolute index of the next block's first latent frame
-    next_block: int = 0  # index of the next generated block (the noise source counts these)
-    # kv_recompute_frames > 0 only: the first clean latent frame and the newest ones after it (B, n, C, H, W)
-    first_latent: Any = None
-    recent_latents: Any = None
-    clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
-    shot_index: int = 0  # shots started so far (LongLive 2.0 multi-shot)
-    rope_offset: float = 0.0  # added to the RoPE temporal position of every frame written from now on
-    # stream() only: the last block's context pass, run when the next block is asked for or by `settle()`
-    pending_context: DeferredContextPass | None = None
-
-
-class FirstFrameEncoder(Protocol):
-    """Pixels back into latents for Krea's `keep_first_frame=False` (SamplingConfig.keep_first_frame).
-
-    The pipeline hands it every clean block in order and, once the KV window has rolled past the first
-    latent frame, asks for the re-encoded first context frame. `inferix_core.vae.PixelWindowEncoder` is the
-    implementation on the Wan VAE; the pipeline never imports a VAE.
-    """
-
-    def reset(self) -> None:
-        """Start a new stream."""
-
-    def observe(self, latents: torch.Tensor) -> None:
-        """Take the next clean block (B, n, C, h, w)."""
-
-    def encode_oldest(self) -> torch.Tensor:
-        """The first context frame (B, 1, C, h, w): the oldest decoded pixel frame still kept, encoded alone."""
-
-
-class PipelineHooks:
-    """Callbacks of the loop; subclass and override what you need (profiler, progress, previews)."""
-
-    def on_block_start(self, index: int, start_frame: int) -> None: ...
-
-    def on_step(self, index: int, step: int, x0: torch.Tensor) -> None: ...
-
-    def on_context_pass(self, index: int) -> None: ...
-
-    def on_block_end(self, output: BlockOutput) -> None: ...
-
-    def stage(self, name: str) -> contextlib.AbstractContextManager:
-        """Wrap a span of the block ("denoise" per step, "context_pass"); a profiler times it."""
-        return contextlib.nullcontext()
-
-    def check_interrupt(self) -> None:
-        """Raise GenerationInterruptedError to stop between steps."""
 
 
 class BlockDiffusionPipeline:
@@ -262,14 +138,14 @@ class BlockDiffusionPipeline:
         self.stream_history = history
 
         # 3. initial (given) frames: context passes only, as the reference does for an initial latent
-        for i, (a, b) in enumerate(_initial_blocks(num_initial, n, self.sampling.independent_first_frame)):
+        for i, (a, b) in enumerate(initial_block_ranges(num_initial, n, self.sampling.independent_first_frame)):
             t0 = time.perf_counter()
             latents = request.initial_latents[:, a:b].to(self.device)
             action = self._actions(request, a, b - a)
             self.context_pass(state, latents, a, action)
             state.next_frame = b
             if recache or request.keep_history:
-                history = _keep_resident([*history, (a, latents, action)], state.cache)
+                history = keep_resident([*history, (a, latents, action)], state.cache)
                 self.stream_history = history
             yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
 
@@ -287,7 +163,7 @@ class BlockDiffusionPipeline:
                 state, action, hooks, context=context, new_shot=index in shots, defer_context_pass=True
             )
             if recache or request.keep_history:
-                history = _keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
+                history = keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
                 self.stream_history = history
             yield out
         if request.final_context_pass:
@@ -355,7 +231,7 @@ class BlockDiffusionPipeline:
         # release the previous run's cache (and the state that holds it) before allocating the next one
         self.kv_cache, self.stream_state, self.stream_history = None, None, []
         shots = {"shot_sinks": True} if self.sampling.shot_sinks else {}  # a cache that can pin (cache/shots.py)
-        graphs = None if shots else _graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
+        graphs = None if shots else graph_runner(self.model)  # models/wan/cuda_graphs.py: keeps one cache across runs
         base = (
             graphs.kv_cache(self.cache_config, spec)
             if graphs is not None
@@ -382,7 +258,7 @@ class BlockDiffusionPipeline:
         `start_stream` does this; whoever builds another StreamState around the same cache (a world-state
         restore) calls it again for the new state.
         """
-        graphs = _graph_runner(self.model)
+        graphs = graph_runner(self.model)
         if graphs is not None:
             base = cache if cache is not None else getattr(state.cache, "main", state.cache)  # ActionKVCache.main
             graphs.lease(base, state)
@@ -472,7 +348,7 @@ class BlockDiffusionPipeline:
         def renoise(step: int) -> torch.Tensor:
             return to_device_async(state.noise.step(index, step, shape), self.device)
 
-        prefix, state.clean_prefix = _check_clean_prefix(state.clean_prefix, shape), None
+        prefix, state.clean_prefix = check_clean_prefix(state.clean_prefix, shape), None
         if prefix is not None:
             prefix = to_device_async(prefix, self.device)
         clean = 0 if prefix is None else prefix.shape[1]
@@ -593,7 +469,7 @@ class BlockDiffusionPipeline:
             positions = torch.arange(start, start + num_frames, dtype=torch.float64) + state.rope_offset
             extra["frame_positions"] = positions
         # captured whole calls (enable_cuda_graphs), else eager; shot sinks pin frames the graphs do not key on
-        graphs = None if self.sampling.shot_sinks else _graph_runner(self.model)
+        graphs = None if self.sampling.shot_sinks else graph_runner(self.model)
         flow = (graphs or self.model)(
             x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action, **extra
         )
@@ -616,78 +492,3 @@ class BlockDiffusionPipeline:
                 "Give one action row per latent frame."
             )
         return to_device_async(act, self.device)
-
-
-@dataclass
-class DeferredContextPass:
-    """A generated block's context pass, held in its StreamState until the consumer asks for the next block.
-
-    It runs (`BlockDiffusionPipeline.settle`) with what was in force when the block was made (its prompt's
-    cross-attention K/V; its RoPE offset, which only the next block can change) before anything else
-    touches the cache, so every later call sees the cache an immediate pass would have written; only the GPU
-    order changes (the consumer's decode goes first). It holds no reference to its state or pipeline: a
-    state dropped with a pass still pending is freed at once, its KV cache with it (no reference cycle).
-    """
-
-    hooks: PipelineHooks
-    index: int
-    latents: torch.Tensor
-    start_frame: int
-    action: torch.Tensor | None
-    text: Any
-    new_shot: bool
-
-
-_NOTED: set[str] = set()
-
-
-def _graph_runner(model):
-    """The model's CUDA-graph runner (models/wan/cuda_graphs.py), if it has one that runs this very model.
-
-    A copied module (copy.deepcopy) carries its original's runner, which would replay the original's
-    weights: such a runner is ignored, with a log line, and the copy runs eagerly.
-    """
-    runner = getattr(model, "cuda_graphs", None)
-    if runner is None:
-        return None
-    if not runner.runs(model):
-        if "graphs_owner" not in _NOTED:
-            _NOTED.add("graphs_owner")
-            log.warning("this model's cuda_graphs runner belongs to another module (a copy?); running eagerly")
-        return None
-    return runner
-
-
-def _check_clean_prefix(prefix: torch.Tensor | None, block_shape: tuple[int, ...]) -> torch.Tensor | None:
-    """The clean first latents as float32 on the block's device, checked against the block (B, n, C, H, W)."""
-    if prefix is None:
-        return None
-    b, n, c, h, w = block_shape
-    if prefix.ndim != 5 or (prefix.shape[0], prefix.shape[2], *prefix.shape[3:]) != (b, c, h, w):
-        raise ShapeMismatchError(
-            f"clean_first_latents has shape {list(prefix.shape)}; expected [{b}, k, {c}, {h}, {w}] (normalised "
-            "latents of the start image, e.g. 1 frame encoded by the model's VAE)"
-        )
-    if not 0 < prefix.shape[1] < n:
-        raise ConfigError(f"clean_first_latents has {prefix.shape[1]} frames; a {n}-frame block holds 1..{n - 1}")
-    return prefix.float()
-
-
-def _initial_blocks(num_initial: int, block_frames: int, independent_first: bool) -> list[tuple[int, int]]:
-    """Frame ranges of the initial latents, split like generated blocks."""
-    if num_initial == 0:
-        return []
-    first = 1 if independent_first else 0
-    if (num_initial - first) % block_frames:
-        raise ConfigError(
-            f"initial latents have {num_initial} frames; expected {'1 + ' if first else ''}a multiple of {block_frames}"
-        )
-    ranges = [(0, 1)] if first else []
-    ranges += [(a, a + block_frames) for a in range(first, num_initial, block_frames)]
-    return ranges
-
-
-def _keep_resident(blocks: list, cache) -> list:
-    """The (start, latents, action) blocks that still have frames in the cache."""
-    resident = set(cache.resident_frames())
-    return [b for b in blocks if resident.intersection(range(b[0], b[0] + b[1].shape[1]))]

@@ -131,7 +131,7 @@ def test_offload_transfer_hiding(record_property):
     vs ≈ 2 ms of compute). Half the layers offloaded: copies ≈ 40 % of compute → asserted ≥ 90 %. Every layer
     offloaded: copies ≈ 80 % of compute, nothing left for jitter → logged, asserted ≥ 50 %."""
     from inferix_core.cache import KVCacheSpec
-    from inferix_core.cache.offload import budget_for_offloaded
+    from inferix_core.cache.offload_layout import budget_for_offloaded
     from inferix_core.cache.planner import estimate_offload
 
     lat, blocks, layers = (60, 104), 8, 8

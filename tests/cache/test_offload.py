@@ -16,7 +16,8 @@ import torch
 
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, OffloadedKVCache, PagedKVCache, RingKVCache, create_kv_cache
 from inferix_core.cache import offload as offload_mod
-from inferix_core.cache.offload import OffloadStore, budget_for_offloaded, offload_layout
+from inferix_core.cache.offload import OffloadStore
+from inferix_core.cache.offload_layout import budget_for_offloaded, offload_layout
 from inferix_core.cache.planner import cache_cost, estimate_offload
 from inferix_core.errors import ConfigError
 from inferix_core.models.wan.config import WanConfig

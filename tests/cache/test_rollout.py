@@ -15,7 +15,7 @@ import torch
 
 import inferix_core.pipeline.block_diffusion as block_diffusion
 from inferix_core.cache import KVCacheConfig, KVCacheSpec
-from inferix_core.cache.offload import budget_for_offloaded
+from inferix_core.cache.offload_layout import budget_for_offloaded
 from inferix_core.cache.paged import planned_pages
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig

@@ -7,8 +7,9 @@ import torch
 
 from inferix_core.cache import KVCacheConfig
 from inferix_core.errors import ShapeMismatchError
-from inferix_core.models.wan.causal_transformer import CausalWanTransformer, block_causal_mask
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
+from inferix_core.models.wan.masks import block_causal_mask
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig, SeededNoise
 from tests.pipeline.test_parity import FILES, build
 

@@ -64,7 +64,7 @@ def run_parity(out: dict) -> None:
 
 def run_masked(out: dict) -> None:
     """No KV cache, an explicit block-causal mask over the whole sequence (full-sequence runs)."""
-    from inferix_core.models.wan.causal_transformer import block_causal_mask
+    from inferix_core.models.wan.masks import block_causal_mask
     from tests.fixture_utils import fixture_files
     from tests.pipeline.test_parity import build
 

@@ -9,8 +9,6 @@ Semantics follow the reference step by step (see tests/fixtures/README.md §1.3�
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
@@ -25,49 +23,9 @@ from ...kernels.layer_norm_modulate import (
 )
 from ...kernels.qk_norm_rope import fused_qk_norm_rope_supported, qk_norm_rope
 from .action_module import ActionInputs, ActionKVCache, ActionModule, MatrixGameBlockInput, action_inputs
+from .block_inputs import CrossAttentionCache, StartImageBlockInput
 from .config import WanConfig
 from .layers import LayerNorm, RMSNorm, RotaryEmbedding3D, apply_rope, sinusoidal_embedding
-
-
-@dataclass
-class CrossAttentionCache:
-    """Per-layer text K/V for one prompt, computed once and reused by every call (prompt → K/V).
-
-    Wan 2.1 I2V models also cross-attend to the CLIP tokens of their start image with K/V of their own
-    (`k_img`/`v_img`): those are `image_keys`/`image_values`, kept across prompt switches.
-    """
-
-    keys: list[torch.Tensor]  # per layer (B, L_text, H, D)
-    values: list[torch.Tensor]
-    image_keys: list[torch.Tensor] | None = None  # per layer (B, 257, H, D); Wan I2V only
-    image_values: list[torch.Tensor] | None = None
-
-
-@dataclass
-class StartImageBlockInput:
-    """A Wan 2.1 I2V call's per-chunk input: cond_concat (B, 20, n, H, W) = [mask (4) ; start-image latent (16)]
-    of the chunk's latent frames, concatenated to the noisy latents (in_dim 36), as `MatrixGameBlockInput`
-    without the actions."""
-
-    cond_concat: torch.Tensor
-
-    def to(self, device, dtype: torch.dtype | None = None) -> StartImageBlockInput:
-        return StartImageBlockInput(self.cond_concat.to(device=device, dtype=dtype or self.cond_concat.dtype))
-
-
-@dataclass
-class StartImageConditioning:
-    """One Wan 2.1 I2V run's cond_concat (B, 20, F, H, W); the pipeline slices it per block (`for_block`)."""
-
-    cond_concat: torch.Tensor
-
-    def for_block(self, start_frame: int, num_frames: int) -> StartImageBlockInput:
-        end = start_frame + num_frames
-        if end > self.cond_concat.shape[2]:
-            raise ShapeMismatchError(
-                f"cond_concat covers {self.cond_concat.shape[2]} latent frames; the block needs frames up to {end}"
-            )
-        return StartImageBlockInput(self.cond_concat[:, :, start_frame:end])
 
 
 class _Attention(nn.Module):
@@ -530,26 +488,3 @@ def compile_blocks(model: CausalWanTransformer, mode: str | None = None) -> Caus
         block.compile(mode=mode, dynamic=False, options=options)
     model.compile_mode = mode or "default"  # read by the CUDA-graph runner (its own graphs clash with cudagraph modes)
     return model
-
-
-def block_causal_mask(
-    num_frames: int,
-    frame_tokens: int,
-    block_frames: int,
-    window_frames: int = -1,
-    sink_frames: int = 0,
-    device: torch.device | str | None = None,
-) -> torch.Tensor:
-    """Boolean (L, L) mask equal to what the KV cache lets each token see.
-
-    A token of block q sees frame f iff f < end(q) (its own block and earlier ones) and, with a window,
-    f is a sink frame (f < sink_frames) or one of the window − sink frames ending at end(q).
-    """
-    frame = torch.arange(num_frames, device=device)
-    block_end = (frame // block_frames + 1) * block_frames  # end frame of each frame's block
-    q_end = block_end.unsqueeze(1)  # (F, 1) over query frames
-    k = frame.unsqueeze(0)  # (1, F) over key frames
-    visible = k < q_end
-    if window_frames != -1:
-        visible &= (k < sink_frames) | (k >= q_end - (window_frames - sink_frames))
-    return visible.repeat_interleave(frame_tokens, 0).repeat_interleave(frame_tokens, 1)
