@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, BenchConfig, _BlockTimer, build_engine
+from inferix_core.benchmark import PRESETS, BenchConfig, BlockTimer, build_engine
 from inferix_core.pipeline import GenerationRequest
 
 FPS_VIDEO = 16  # Wan's frame rate: a latent frame is 4 video frames
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    timer = _BlockTimer(cuda)
+    timer = BlockTimer(cuda)
     t0 = time.perf_counter()
     for _ in pipe.stream(GenerationRequest(num_blocks, h, w, context, seed=1), timer):
         pass

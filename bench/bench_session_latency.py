@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, BenchConfig, _bench_decoder, build_engine, variant_options
+from inferix_core.benchmark import PRESETS, BenchConfig, bench_decoder, build_engine, variant_options
 from inferix_core.models.registry import WorldModel
 from inferix_core.session import InteractiveSession
 from inferix_core.sinks.base import FrameSink
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     preset = PRESETS[cfg.preset]
     pipe, context = build_engine(cfg)
-    vae = _bench_decoder(cfg, preset, torch.device(cfg.device), next(pipe.model.parameters()).dtype)
+    vae = bench_decoder(cfg, preset, torch.device(cfg.device), next(pipe.model.parameters()).dtype)
     world = WorldModel(
         "self_forcing", preset["config"], pipe.sampling, pipe.cache_config, pipe.model, vae,
         default_context=context, source="random weights (bench protocol)",

@@ -104,7 +104,8 @@ def bench_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ..benchmark import format_table, format_variants, run_engine_benchmark, variant_options
+    from ..benchmark import run_engine_benchmark, variant_options
+    from ..benchmark_report import format_table, format_variants
 
     if args.variants:
         base = bench_config(args)

@@ -13,11 +13,8 @@ import torch
 
 from inferix_core.cache import KVCacheSpec, create_kv_cache
 from inferix_core.models.registry import get_family
-from inferix_core.models.wan.causal_transformer import (
-    CausalWanTransformer,
-    StartImageBlockInput,
-    StartImageConditioning,
-)
+from inferix_core.models.wan.block_inputs import StartImageBlockInput, StartImageConditioning
+from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from tests.fixture_utils import (
