@@ -24,10 +24,10 @@ from inferix_core.cache.spec import KVCacheConfig
 from inferix_core.models.wan.causal_transformer import compile_blocks
 from inferix_core.scheduler import SamplingConfig
 from inferix_core.text.vocabulary import VocabularyConfig
-from inferix_core.world import ACTION_NAMES
 from training.data import scene_word_lists
 from training.train_bundled import CACHE, SAMPLING, TEXT_LEN, wan_config
 from training.train_world import FlowSetup, WorldModel, flow_loss, rollout
+from training.world import ACTION_NAMES
 
 
 def _timer(device: torch.device):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inferix_core.world import road
+from training.world import road
 
 from .fidelity_bound import PREFIX_FRAMES, Episode, V2World, offsets_for, track_offsets
 

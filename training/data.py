@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from inferix_core.world import latent_to_pixel_actions, random_actions, render_episode, road
+from training.world import latent_to_pixel_actions, random_actions, render_episode, road
 
 
 def episode_seed(seed: int, index: int) -> int:

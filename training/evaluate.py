@@ -38,10 +38,10 @@ from inferix_core.metrics.lvbench.proxies import LUMA, colour_histogram_features
 from inferix_core.metrics.lvbench.vde import vde
 from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.pipeline.block_diffusion import BlockDiffusionPipeline, GenerationRequest
-from inferix_core.world import SCENES, latent_to_pixel_actions, road, scene_words
-from inferix_core.world.compare import horizontal_shift, psnr, road_centre_shift, ssim
-from inferix_core.world.palette import palette_agreement
-from inferix_core.world.road import LEFT, NONE, RIGHT
+from training.world import SCENES, latent_to_pixel_actions, road, scene_words
+from training.world.compare import horizontal_shift, psnr, road_centre_shift, ssim
+from training.world.palette import palette_agreement
+from training.world.road import LEFT, NONE, RIGHT
 
 from .data import episode_actions, episode_seed
 
@@ -69,7 +69,7 @@ BAR = {
 class World:
     """The renderer a bundle was trained on, at its size: `render(seed, pixel_actions, scene)`."""
 
-    name: str  # "road": the v2 world (inferix_core/world/road.py)
+    name: str  # "road": the v2 world (training/world/road.py)
     height: int
     width: int
     scenes: tuple[str | None, ...]

@@ -51,8 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from inferix_core.world import road
-from inferix_core.world.compare import psnr, ssim
+from training.world import road
+from training.world.compare import psnr, ssim
 
 from .data import episode_actions, episode_seed
 from .evaluate import EVAL_SEED, FIDELITY_BASE, fidelity_frames

@@ -19,7 +19,7 @@ import torch
 from inferix_core.cache.spec import KVCacheConfig
 from inferix_core.scheduler import SamplingConfig
 from inferix_core.vae.tiny_ae import TinyCausalAE
-from inferix_core.world.compare import psnr
+from training.world.compare import psnr
 
 from .data import DatasetSpec, RenderJob
 from .evaluate import fidelity_frames, to_uint8_batch
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     import tempfile
 
     from inferix_core.models.bundled import load_bundled
-    from inferix_core.world import FPS
+    from training.world import FPS
 
     from .evaluate import fidelity, world_spec_of
     from .train_bundled import CACHE, SAMPLING

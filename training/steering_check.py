@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from inferix_core.world import latent_to_pixel_actions, road
-from inferix_core.world.compare import horizontal_shift, road_centre_shift
-from inferix_core.world.road import LEFT, NONE, RIGHT
+from training.world import latent_to_pixel_actions, road
+from training.world.compare import horizontal_shift, road_centre_shift
+from training.world.road import LEFT, NONE, RIGHT
 
 from .data import episode_actions, episode_seed
 from .evaluate import EVAL_SEED, STEER_BASE, road_and_grass, rollout, to_uint8, world_of

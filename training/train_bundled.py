@@ -43,7 +43,7 @@ from inferix_core.models.wan.config import WanConfig
 from inferix_core.scheduler import SamplingConfig
 from inferix_core.text.vocabulary import VocabularyConfig
 from inferix_core.vae.tiny_ae import TinyAEConfig, TinyCausalAE
-from inferix_core.world import ACTION_NAMES, FPS
+from training.world import ACTION_NAMES, FPS
 
 from .checkpoint import Checkpointer, load_carry, save_carry
 from .data import DatasetSpec, LatentPool, RenderJob, scene_word_lists
@@ -98,7 +98,7 @@ def export(
         "family": "bundled_world",
         "version": 2,
         "description": "Action- and prompt-conditioned causal Wan world model of the procedural driving world "
-        "(inferix_core.world)",
+        "(training.world)",
         "transformer": {k: v for k, v in wcfg.to_dict().items() if k != "extra"},
         "vae": {"type": "tiny_causal_ae", "config": ae.config.to_dict()},
         "sampling": SAMPLING,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferix_core.world import road
 from training import action_gain, evaluate
+from training.world import road
 
 
 class _Bundle:

@@ -12,10 +12,10 @@ import torch
 
 from inferix_core.assets import bundled_model_paths
 from inferix_core.models.bundled import load_bundled
-from inferix_core.world import latent_to_pixel_actions
-from inferix_core.world.compare import psnr
 from training.data import episode_actions, episode_seed
 from training.evaluate import EVAL_SEED, rollout, world_of
+from training.world import latent_to_pixel_actions
+from training.world.compare import psnr
 
 # v2 (96², hills, traffic) over these frames: 26.0 dB with the shipped weights (the fourth training call; 26.25 with
 # the third call's, 25.5 with the two calls' before it; the mean over the evaluation's 8 episodes rose each time);

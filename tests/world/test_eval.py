@@ -18,9 +18,6 @@ from inferix_core.errors import ConfigError
 from inferix_core.models.bundled import BundledWorldModel, load_bundled
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.world import SCENES, latent_to_pixel_actions, random_actions, render_episode
-from inferix_core.world.compare import horizontal_shift, road_centre_shift
-from inferix_core.world.road import LEFT, NONE, PALETTES, RIGHT
 from training.data import episode_actions, episode_seed
 from training.evaluate import (
     BAR,
@@ -36,6 +33,9 @@ from training.evaluate import (
     world_of,
 )
 from training.steering_check import geometric_road_shift
+from training.world import SCENES, latent_to_pixel_actions, random_actions, render_episode
+from training.world.compare import horizontal_shift, road_centre_shift
+from training.world.road import LEFT, NONE, PALETTES, RIGHT
 
 
 def _luma(frames: np.ndarray) -> np.ndarray:

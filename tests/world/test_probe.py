@@ -12,13 +12,13 @@ from inferix_core.cache.spec import KVCacheConfig
 from inferix_core.scheduler import SamplingConfig
 from inferix_core.text.vocabulary import VocabularyConfig
 from inferix_core.vae.tiny_ae import TinyAEConfig, TinyCausalAE
-from inferix_core.world import FPS
-from inferix_core.world.compare import psnr
 from training import probe as probe_mod
 from training.data import DatasetSpec, RenderJob, scene_word_lists
 from training.evaluate import to_uint8
 from training.train_bundled import SAMPLING, SMOKE_CACHE, wan_config
 from training.train_world import WorldModel
+from training.world import FPS
+from training.world.compare import psnr
 
 
 @pytest.fixture(scope="module")

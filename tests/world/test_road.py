@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from inferix_core.errors import ConfigError
-from inferix_core.world import (
+from training.world import (
     SCENE_WORDS,
     SCENES,
     latent_to_pixel_actions,
@@ -16,8 +16,8 @@ from inferix_core.world import (
     scene_from_prompt,
     scene_words,
 )
-from inferix_core.world.compare import horizontal_shift, psnr, ssim
-from inferix_core.world.road import LEFT, NONE, PALETTES, RIGHT, Redraw, RoadWorld, Track, hidden_future
+from training.world.compare import horizontal_shift, psnr, ssim
+from training.world.road import LEFT, NONE, PALETTES, RIGHT, Redraw, RoadWorld, Track, hidden_future
 
 SMALL = {"height": 48, "width": 48}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferix_core.world import SCENES, latent_to_pixel_actions, random_actions, render_episode
-from inferix_core.world.palette import MIN_PURITY, classify_sky, palette_agreement
+from training.world import SCENES, latent_to_pixel_actions, random_actions, render_episode
+from training.world.palette import MIN_PURITY, classify_sky, palette_agreement
 
 
 def test_classifier_is_right_on_renderer_frames_of_every_scene() -> None:

@@ -12,10 +12,10 @@ import pytest
 
 from inferix_core.errors import ConfigError
 from inferix_core.models.bundled import load_bundled
-from inferix_core.world import road
 from training.data import DatasetSpec, render_one
 from training.evaluate import world_of, world_spec_of
 from training.train_bundled import main
+from training.world import road
 
 
 def test_spec_from_dict_takes_a_subset_and_refuses_unknown_keys():

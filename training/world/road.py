@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from ..errors import ConfigError
+from inferix_core.errors import ConfigError
 
 ACTION_NAMES: tuple[str, ...] = ("none", "steer_left", "steer_right", "accelerate", "brake")
 NONE, LEFT, RIGHT, ACCEL, BRAKE = range(len(ACTION_NAMES))
