@@ -167,7 +167,8 @@ def plan_run(
     the RAM available (`available_bytes`, default: MemAvailable). `check_plan` refuses what does not fit,
     before anything is allocated, naming the cheapest fix. Allocates nothing.
     """
-    from .cache.planner import available_memory_bytes, check_host_memory, host_available_bytes
+    from .cache.plan_costs import available_memory_bytes, host_available_bytes
+    from .cache.planner import check_host_memory
 
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache

@@ -13,166 +13,64 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import CacheBudgetError, ConfigError
+from ..errors import CacheBudgetError
 from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
-from .factory import cache_kind
-from .offload_layout import offload_layout
-from .paged import planned_pages
+from .fork_plan import ForkPlan, fork_pages, plan_forks
+from .plan_costs import (
+    ALLOCATOR_HEADROOM_FRACTION,
+    NON_TORCH_DEFAULT_BYTES,
+    TRANSFER_SHARE,
+    CacheCost,
+    HostMemory,
+    OffloadEstimate,
+    activation_bytes,
+    allocator_headroom_bytes,
+    available_memory_bytes,
+    cache_cost,
+    element_bytes,
+    estimate_offload,
+    format_bytes,
+    host_available_bytes,
+    host_memory,
+    kv_spec,
+    measured_non_torch_bytes,
+    planned_non_torch_bytes,
+    transformer_weight_bytes,
+)
 from .spec import KVCacheConfig, KVCacheSpec
 
 log = logging.getLogger(__name__)
 
-GiB = 1024**3
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
-def _elem(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def _format_bytes(n: float) -> str:
-    if n >= GiB / 10 or n == 0:
-        return f"{n / GiB:.1f} GiB"
-    return f"{n / 1024**2:.1f} MiB"  # small models and caches would all read "0.0 GiB"
-
-
-@dataclass
-class CacheCost:
-    """GPU and host bytes of one cache configuration, and how the GPU bytes were counted."""
-
-    kind: str
-    device_bytes: int
-    host_bytes: int
-    formula: str
-
-
-def cache_cost(config: KVCacheConfig, spec: KVCacheSpec) -> CacheCost:
-    """Bytes the cache of `config` allocates for `spec`: layers × frame slots × each kind's page size
-    (KVCacheSpec.page_size_bytes, the formula the stores allocate with)."""
-    s = spec
-    kind = cache_kind(config, spec)
-    if config.is_global and not s.max_frames:
-        raise ConfigError("planning a global-attention cache (window_frames=-1) needs the run length (max_frames)")
-    shape = (
-        f"{s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}, K and V, {_DTYPE_NAMES.get(s.dtype, s.dtype)}"
-    )
-    frame = s.page_size_bytes()  # K and V of one full-precision frame of one layer
-    if kind == "ring":
-        frames = s.max_frames if config.is_global else config.window_frames
-        return CacheCost(kind, s.num_layers * frames * frame, 0, f"{s.num_layers} layers × {frames} frames × {shape}")
-    slots = planned_pages(config, spec) * (config.page_frames or s.block_frames)
-    if kind == "paged":
-        return CacheCost(
-            kind, s.num_layers * slots * frame, 0, f"{s.num_layers} layers × {slots} frame slots × {shape}"
-        )
-    if kind == "offload":
-        lay = offload_layout(config, spec)
-        return CacheCost(
-            kind,
-            lay.device_bytes,
-            lay.host_bytes,
-            f"({len(lay.resident)} resident + {lay.num_staging} staging) layers × {slots} frame slots + "
-            f"{lay.num_offloaded} block buffers × {s.block_frames} frames, × {shape}; "
-            f"{lay.num_offloaded} layers in pinned host memory",
-        )
-    fp_frames = (0 if config.is_global else config.sink_frames) + config.residual_frames
-    return CacheCost(
-        kind,
-        s.num_layers * (slots * s.page_size_bytes(config.quantization) + fp_frames * frame),
-        0,
-        f"{s.num_layers} layers × ({slots} {config.quantization} frame slots + {fp_frames} "
-        f"full-precision frames) × {s.frame_tokens} tokens × {s.num_heads} heads × {s.head_dim}",
-    )
-
-
-# Offload: what a call has to move and how long its compute lasts (docs/kv_cache.md, "Offload: bytes and time")
-H2D_BYTES_PER_S = 50e9  # pinned host → H200 (bench/bench_kv_cache.py measures the machine's own)
-ACHIEVED_FLOPS = 450e12  # bf16, Wan 1.3B on an H200: 1.35 TFLOP per layer-call at 480×832 in ≈ 3.0 ms
-TRANSFER_SHARE = 0.75  # the planner lets a call's copies fill at most this share of its compute time
-
-
-@dataclass
-class OffloadEstimate:
-    """Per call, per offloaded layer: bytes to stream vs the layer's compute time (steady state, full window).
-
-    Every call streams each offloaded layer's past window (window − block frames) once; the block itself
-    stays on the GPU and goes back once per block. Copies on the side stream hide behind the whole call's
-    compute, so with m offloaded of L layers the hidden share is at best min(1, L·t_layer / (m·t_h2d)).
-    """
-
-    num_layers: int
-    num_offloaded: int
-    past_frames: int
-    bytes_per_layer_call: int  # h2d, K and V of the past window of one layer
-    writeback_bytes_per_layer_block: int  # d2h, K and V of one block of one layer
-    h2d_seconds_per_layer_call: float
-    layer_seconds: float  # compute of one layer in one call (FLOPs / ACHIEVED_FLOPS)
-    flops_per_layer_call: float
-    max_hidden_offloaded: int  # most offloaded layers whose copies fit TRANSFER_SHARE of a call's compute
-
-    @property
-    def best_hidden_fraction(self) -> float:
-        """Upper bound of the hidden share of the h2d time with `num_offloaded` layers (perfect overlap)."""
-        if self.num_offloaded == 0:
-            return 1.0
-        return min(1.0, self.num_layers * self.layer_seconds / (self.num_offloaded * self.h2d_seconds_per_layer_call))
-
-    @property
-    def min_resident_layers(self) -> int:
-        return self.num_layers - self.max_hidden_offloaded
-
-    def describe(self) -> str:
-        return (
-            f"offload: {self.num_offloaded} of {self.num_layers} layers stream {self.bytes_per_layer_call / 1e6:.1f} MB "
-            f"each per call ({self.past_frames} past frames, {1e3 * self.h2d_seconds_per_layer_call:.2f} ms at "
-            f"{H2D_BYTES_PER_S / 1e9:.0f} GB/s) vs ≈ {1e3 * self.layer_seconds:.2f} ms compute per layer; at best "
-            f"{100 * self.best_hidden_fraction:.0f} % hidden. Keeping ≥ {self.min_resident_layers} layers resident "
-            f"(≤ {self.max_hidden_offloaded} offloaded) keeps the copies within {100 * TRANSFER_SHARE:.0f} % of compute."
-        )
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(best_hidden_fraction=self.best_hidden_fraction, min_resident_layers=self.min_resident_layers)
-        return d
-
-
-def estimate_offload(
-    model_config,
-    spec: KVCacheSpec,
-    config: KVCacheConfig,
-    num_offloaded: int | None = None,
-    h2d_bytes_per_s: float = H2D_BYTES_PER_S,
-    flops_per_s: float = ACHIEVED_FLOPS,
-) -> OffloadEstimate:
-    """Bytes and seconds of one offloaded layer per call, and how many offloaded layers can hide.
-
-    FLOPs of one layer-call with n = B·block·T query tokens over a span of S = B·window·T keys, d = dim:
-    projections and FFN 2·n·(6·d² + 2·d·ffn) (self q, k, v, o; cross q, o; the prompt's K/V are cached),
-    self-attention 4·n·S·d/B, cross-attention 4·n·text_len·d. Wan 1.3B, 480×832 (T = 1560, window 21):
-    0.39 + 0.94 + 0.01 = 1.35 TFLOP ≈ 3.0 ms at 450 TFLOP/s, vs 18 past frames × 9.58 MB = 172.5 MB
-    ≈ 3.45 ms at 50 GB/s.
-    """
-    cfg, s = model_config, spec
-    frame = s.page_size_bytes()  # K and V of one frame of one layer
-    window = (s.max_frames or 8 * s.block_frames) if config.is_global else config.window_frames
-    past = window - s.block_frames
-    n = s.batch_size * s.block_frames * s.frame_tokens
-    d, span = cfg.dim, window * s.frame_tokens
-    flops = 2 * n * (6 * d * d + 2 * d * cfg.ffn_dim) + 4 * n * span * d + 4 * n * cfg.text_len * d
-    t_layer = flops / flops_per_s
-    t_h2d = past * frame / h2d_bytes_per_s
-    m_max = s.num_layers if t_h2d <= 0 else min(s.num_layers, int(TRANSFER_SHARE * s.num_layers * t_layer / t_h2d))
-    if num_offloaded is None:
-        num_offloaded = offload_layout(config, spec).num_offloaded
-    return OffloadEstimate(
-        s.num_layers, num_offloaded, past, past * frame, s.block_frames * frame, t_h2d, t_layer, flops, m_max
-    )
+__all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan_costs and fork_plan
+    "ALLOCATOR_HEADROOM_FRACTION",
+    "NON_TORCH_DEFAULT_BYTES",
+    "TRANSFER_SHARE",
+    "CacheCost",
+    "ForkPlan",
+    "HostMemory",
+    "MemoryPlan",
+    "OffloadEstimate",
+    "activation_bytes",
+    "allocator_headroom_bytes",
+    "available_memory_bytes",
+    "cache_cost",
+    "check_host_memory",
+    "estimate_offload",
+    "fork_pages",
+    "host_available_bytes",
+    "host_memory",
+    "measured_non_torch_bytes",
+    "plan_forks",
+    "plan_memory",
+    "plan_resident_blocks",
+    "planned_non_torch_bytes",
+    "transformer_weight_bytes",
+]
 
 
 @dataclass
@@ -258,12 +156,12 @@ class MemoryPlan:
             rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
         if self.non_torch_bytes:
             rows.append(("CUDA context + library workspaces", self.non_torch_bytes))
-        lines = ["Memory plan"] + [f"  {name:<40} {_format_bytes(n):>10}" for name, n in rows]
+        lines = ["Memory plan"] + [f"  {name:<40} {format_bytes(n):>10}" for name, n in rows]
         overlap = (
             "activations + decode (overlapped)" if self.decode_overlaps else "the larger of activations and decode"
         )
-        lines.append(f"  {'total on the GPU':<40} {_format_bytes(self.total_bytes):>10}  ({overlap} counted)")
-        budget = _format_bytes(self.budget_bytes) if self.budget_bytes else "none"
+        lines.append(f"  {'total on the GPU':<40} {format_bytes(self.total_bytes):>10}  ({overlap} counted)")
+        budget = format_bytes(self.budget_bytes) if self.budget_bytes else "none"
         source = f" ({self.budget_source})" if self.budget_bytes and self.budget_source != "explicit" else ""
         lines.append(f"  {'budget':<40} {budget:>10}{source}")
         lines.append(f"  cache: {(self.chosen_cache or self.requested_cache).formula}")
@@ -271,7 +169,7 @@ class MemoryPlan:
             lines.append(f"  VAE decode: {self.decode.slicing.describe(self.block_frames)}; {self.decode.formula}")
         host = (self.chosen_cache or self.requested_cache).host_bytes
         if host:
-            lines.append(f"  pinned host memory for offloaded pages: {_format_bytes(host)}")
+            lines.append(f"  pinned host memory for offloaded pages: {format_bytes(host)}")
         if self.offload is not None:
             lines.append(f"  {self.offload.describe()}")
         if self.host is not None:
@@ -360,8 +258,8 @@ def plan_memory(
             context, cuBLAS/cuDNN workspaces; `planned_non_torch_bytes()`); 0 on the CPU.
     """
     cfg = model_config
-    elem = _elem(dtype)
-    spec = _kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames)
+    elem = element_bytes(dtype)
+    spec = kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames)
     cache_config.check_block(block_frames)
     weights = transformer_weight_bytes(cfg, elem, resident_blocks, fp8_block_weights)
     acts = activation_bytes(cfg, spec, cache_config)
@@ -388,26 +286,6 @@ def plan_memory(
     plan.message = _budget_message(plan, avail, window) + _offload_warning(plan.offload)
     log.info("%s", plan.message)
     return plan
-
-
-def _kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames) -> KVCacheSpec:
-    """The KV cache's shape for this run (no tensors: device "meta")."""
-    ft = cfg.frame_tokens(latent_h, latent_w)
-    return KVCacheSpec(cfg.num_layers, cfg.num_heads, cfg.head_dim, ft, block_frames, batch, dtype, "meta", max_frames)
-
-
-def activation_bytes(cfg, spec: KVCacheSpec, cache_config: KVCacheConfig) -> int:
-    """One block call's activations (estimate; memory-efficient SDPA, so no score matrix): n query tokens
-    against a span of keys. `elem·(8·n·dim + 2·n·ffn + 2·span·dim) + 16·n·dim` (float32 RoPE), plus
-    float32 dequantization temporaries of the span for a quantized cache."""
-    elem = _elem(spec.dtype)
-    n = spec.batch_size * spec.block_frames * spec.frame_tokens
-    span_frames = spec.max_frames if cache_config.is_global else cache_config.window_frames
-    span = spec.batch_size * (span_frames or spec.block_frames) * spec.frame_tokens
-    acts = elem * (8 * n * cfg.dim + 2 * n * cfg.ffn_dim + 2 * span * cfg.dim) + 8 * 2 * n * cfg.dim  # + RoPE f32
-    if cache_config.quantization != "none":
-        acts += 4 * 2 * span * cfg.dim  # float32 dequantization temporaries
-    return acts
 
 
 def _vae_memory(latent_channels, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory) -> VAEMemory:
@@ -487,18 +365,18 @@ def _budget_message(plan: MemoryPlan, avail: int, window: int | None) -> str:
     if window is not None and window != plan.requested.window_frames:
         hints.append(f"lower window_frames to {window}")
     hints += ["set quantization='int8'", "or enable offload"]
-    left = f"{_format_bytes(avail)}" if avail > 0 else f"nothing ({_format_bytes(-avail)} short before the cache)"
+    left = f"{format_bytes(avail)}" if avail > 0 else f"nothing ({format_bytes(-avail)} short before the cache)"
     message = (
-        f"KV cache needs {_format_bytes(req.device_bytes)} ({req.formula}) but the budget of "
-        f"{_format_bytes(plan.budget_bytes)} leaves {left} for it (weights {_format_bytes(plan.weights_bytes)}, "
-        f"activations {_format_bytes(plan.activation_bytes)}, VAE {_format_bytes(plan.vae_bytes)}). "
+        f"KV cache needs {format_bytes(req.device_bytes)} ({req.formula}) but the budget of "
+        f"{format_bytes(plan.budget_bytes)} leaves {left} for it (weights {format_bytes(plan.weights_bytes)}, "
+        f"activations {format_bytes(plan.activation_bytes)}, VAE {format_bytes(plan.vae_bytes)}). "
         f"{', '.join(hints).capitalize()}."
     )
     if plan.chosen is None:
         message += (
             " None of these fits: "
             + "; ".join(
-                f"{lab} needs {_format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
+                f"{lab} needs {format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
                 for lab, b, _ in plan.candidates
             )
             + "."
@@ -528,167 +406,9 @@ def _largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int
     return None
 
 
-# --- N futures of one stream (branching) -------------------------------------------------------------
-
-
-def fork_pages(config: KVCacheConfig, spec: KVCacheSpec, past_frames: int, future_frames: int) -> tuple[int, int]:
-    """(pages the common past maps, most pages one future adds) for futures forked at `past_frames`.
-
-    A future maps the past's pages (no copy) and allocates the pages its frames [past, past + future) write:
-    the page the fork point falls inside is copied first (copy-on-write), the others are new. In a window a
-    future never holds more live pages than the window needs (`planned_pages`), since its evicted own pages
-    go back to the pool; the past's stay mapped while the parent lives. Exact for a global cache.
-    """
-    P = config.page_frames or spec.block_frames
-    window = planned_pages(config, spec)
-    shared = -(-past_frames // P)
-    touched = len({f // P for f in range(past_frames, past_frames + future_frames)})
-    if config.is_global:
-        return shared, touched
-    return min(shared, window), min(touched, window)
-
-
-@dataclass
-class ForkPlan:
-    """What N futures forked from one stream need on the device, and the most futures that fit the budget.
-
-    KV: the shared past's pages once + N × one future's own pages (`fork_pages`), at `page_bytes` each (all
-    layers); working sets: the weights once, one batched block call of N streams' activations and N decoders.
-    """
-
-    num_futures: int
-    shared_pages: int
-    own_pages: int  # per future
-    page_bytes: int
-    weights_bytes: int
-    activation_bytes: int  # one block call of the N futures batched
-    decoder_bytes: int  # N decoders
-    budget_bytes: int | None
-    max_futures: int | None  # the most futures that fit the budget (None without a budget)
-    message: str = ""
-
-    @property
-    def num_pages(self) -> int:
-        return self.shared_pages + self.num_futures * self.own_pages
-
-    @property
-    def kv_bytes(self) -> int:
-        return self.num_pages * self.page_bytes
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weights_bytes + self.activation_bytes + self.decoder_bytes + self.kv_bytes
-
-    @property
-    def fits(self) -> bool:
-        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
-
-    def check(self) -> ForkPlan:
-        if not self.fits:
-            raise CacheBudgetError(self.message)
-        return self
-
-
-def plan_forks(
-    model_config,
-    latent_h: int,
-    latent_w: int,
-    cache_config: KVCacheConfig,
-    *,
-    num_futures: int,
-    past_frames: int,
-    future_frames: int,
-    dtype: torch.dtype = torch.bfloat16,
-    block_frames: int = 3,
-    budget_bytes: int | None = None,
-    decoder_bytes: int = 0,
-    shared_pages: int | None = None,
-    resident_blocks: int | None = None,
-) -> ForkPlan:
-    """Plan `num_futures` futures of `future_frames` latent frames each, forked at `past_frames` (batched).
-
-    Counts the shared past once and each future's new pages, activations of one block call of all futures
-    as one batch, and `decoder_bytes` per future; allocates nothing. `shared_pages` is the parent's mapped
-    page count when known (`len(stream.table)`). Over the budget, the message names the largest number of
-    futures that fits (the cheapest fix) or, when not even one does, what one needs.
-    """
-    if num_futures < 1:
-        raise ConfigError(f"plan at least one future, got {num_futures}")
-    elem = _elem(dtype)
-    total_frames = past_frames + future_frames
-    one = _kv_spec(model_config, latent_h, latent_w, block_frames, 1, dtype, total_frames)
-    shared, own = fork_pages(cache_config, one, past_frames, future_frames)
-    if shared_pages is not None:
-        shared = shared_pages
-    page = one.num_layers * one.page_size_bytes(page_frames=cache_config.page_frames or block_frames)
-    weights = transformer_weight_bytes(model_config, elem, resident_blocks)
-
-    def plan(n: int) -> ForkPlan:
-        spec = dataclasses.replace(one, batch_size=n)
-        acts = activation_bytes(model_config, spec, cache_config)
-        return ForkPlan(n, shared, own, page, weights, acts, n * decoder_bytes, budget_bytes, None)
-
-    out = plan(num_futures)
-    if budget_bytes is None:
-        return out
-    fitting = [n for n in range(num_futures, 0, -1) if plan(n).fits]
-    out.max_futures = fitting[0] if fitting else 0
-    if not out.fits:
-        need = (
-            f"{num_futures} futures need {_format_bytes(out.total_bytes)} (KV {out.num_pages} pages: {shared} shared + "
-        )
-        need += f"{num_futures} × {own} own; activations {_format_bytes(out.activation_bytes)}, decoders "
-        need += f"{_format_bytes(out.decoder_bytes)}, weights {_format_bytes(weights)}) but the budget is "
-        need += f"{_format_bytes(budget_bytes)}"
-        if out.max_futures:
-            out.message = f"{need}; at most {out.max_futures} futures fit: ask for {out.max_futures} or fewer"
-        else:
-            out.message = (
-                f"{need}; not even one future fits ({_format_bytes(plan(1).total_bytes)}): fewer future blocks, a "
-                "shorter window or a smaller size"
-            )
-    return out
-
-
-ALLOCATOR_HEADROOM_FRACTION = 0.04  # of the budget, at most ALLOCATOR_HEADROOM_MAX_BYTES
-ALLOCATOR_HEADROOM_MAX_BYTES = 512 * 2**20
-
-
-def allocator_headroom_bytes(budget_bytes: int) -> int:
-    """What a block-swap plan leaves unplanned: the caching allocator's fragmentation and library workspaces.
-
-    Measured on the H200 (docs/performance.md): a 1.3B + Wan VAE run planned at 7.93 GiB under an 8 GiB cap
-    ran out with 7.80 GiB allocated, 0.17 GiB reserved but unallocated, asking for 0.14 GiB more; the
-    resident run peaked 0.17 GiB above its plan. 4 % of the budget (at most 0.5 GiB) covers both.
-    """
-    return min(int(budget_bytes * ALLOCATOR_HEADROOM_FRACTION), ALLOCATOR_HEADROOM_MAX_BYTES)
-
-
-NON_TORCH_DEFAULT_BYTES = 768 * 2**20
 """Device memory outside PyTorch's allocator on a card the user names by its size (`gpu_memory`): the CUDA
 context with the kernels loaded, cuBLAS's and cuDNN's workspaces. The H200 showed 0.73 GiB of it in the
 1.3B + Wan VAE run's out-of-memory report (docs/performance.md); 0.75 GiB is that, rounded up."""
-
-
-def measured_non_torch_bytes(device: torch.device | str) -> int:
-    """Device memory in use now that PyTorch's allocator does not hold: total − free − reserved on CUDA (the
-    CUDA context, library workspaces, other processes); 0 elsewhere. Creates the CUDA context if none exists."""
-    dev = torch.device(device)
-    if dev.type != "cuda" or not torch.cuda.is_available():
-        return 0
-    free, total = torch.cuda.mem_get_info(dev)
-    return max(0, int(total - free - torch.cuda.memory_reserved(dev)))
-
-
-def planned_non_torch_bytes(device: torch.device | str, card_bytes: int | None = None) -> int:
-    """The `non_torch_bytes` term of a plan for `device`: 0 on the CPU; on CUDA what is measured now, and
-    at least `NON_TORCH_DEFAULT_BYTES` when planning for a card size given by the user (`card_bytes`; the
-    workspaces are allocated on first use, after planning, so a measurement before the run misses them)."""
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return 0
-    measured = measured_non_torch_bytes(dev)
-    return max(measured, NON_TORCH_DEFAULT_BYTES) if card_bytes is not None else measured
 
 
 def plan_resident_blocks(
@@ -719,7 +439,7 @@ def plan_resident_blocks(
     """
     usable = budget_bytes - allocator_headroom_bytes(budget_bytes)
     num_layers = model_config.num_layers
-    vae = _vae_memory(model_config.in_dim, latent_h, latent_w, 1, _elem(dtype), 96, vae_bytes, vae_memory)
+    vae = _vae_memory(model_config.in_dim, latent_h, latent_w, 1, element_bytes(dtype), 96, vae_bytes, vae_memory)
     plan = None
     for resident in range(num_layers, -1, -1):
         for slicing in vae.slicings:
@@ -735,7 +455,7 @@ def plan_resident_blocks(
                         "memory plan: %d of %d transformer blocks resident (block swap) to fit %s",
                         resident,
                         num_layers,
-                        _format_bytes(budget_bytes),
+                        format_bytes(budget_bytes),
                     )
                 if slicing != vae.default and plan.decode is not None:
                     log.info("memory plan: the VAE decodes %s", slicing.describe(block_frames))
@@ -746,90 +466,19 @@ def plan_resident_blocks(
     cache = plan.requested_cache.device_bytes
     fixes = []
     if other_bytes:
-        fixes.append(f"text_encoder_placement='offload' (frees {_format_bytes(other_bytes)})")
+        fixes.append(f"text_encoder_placement='offload' (frees {format_bytes(other_bytes)})")
     if cache:
-        fixes.append(f"a shorter KV window or quantization='int8' (the cache takes {_format_bytes(cache)})")
+        fixes.append(f"a shorter KV window or quantization='int8' (the cache takes {format_bytes(cache)})")
     if not fp8_block_weights:
         fixes.append("fp8_weights=True")
     context = (
-        f", {_format_bytes(non_torch_bytes)} of it the CUDA context and library workspaces" if non_torch_bytes else ""
+        f", {format_bytes(non_torch_bytes)} of it the CUDA context and library workspaces" if non_torch_bytes else ""
     )
     raise CacheBudgetError(
         f"even with every transformer block streamed from host memory the run needs "
-        f"{_format_bytes(plan.total_bytes + other_bytes)}{context}, {_format_bytes(short)} more than the budget of "
-        f"{_format_bytes(budget_bytes)} (less {_format_bytes(budget_bytes - usable)} allocator headroom); try {', or '.join(fixes)}"
+        f"{format_bytes(plan.total_bytes + other_bytes)}{context}, {format_bytes(short)} more than the budget of "
+        f"{format_bytes(budget_bytes)} (less {format_bytes(budget_bytes - usable)} allocator headroom); try {', or '.join(fixes)}"
     )
-
-
-def transformer_weight_bytes(
-    config, elem: int, resident_blocks: int | None = None, fp8_block_weights: bool = False
-) -> int:
-    """Device bytes of the transformer's weights: everything, or with block swap the resident blocks,
-    the two staging slots and the non-block weights (embeddings, head). fp8_block_weights: the blocks'
-    linear weights at one byte each (their biases, norms and modulations stay at `elem`)."""
-    layers = config.num_layers
-    on_device = layers if resident_blocks is None else min(layers, resident_blocks + min(2, layers - resident_blocks))
-    block = config.block_parameters()
-    linear_weights = 8 * config.dim * config.dim + 2 * config.dim * config.ffn_dim
-    block_bytes = (block - linear_weights) * elem + linear_weights * (1 if fp8_block_weights else elem)
-    return (config.num_parameters() - layers * block) * elem + on_device * block_bytes
-
-
-# --- default budgets and host memory ------------------------------------------------------------------
-
-
-@dataclass
-class HostMemory:
-    """Host RAM a run needs beside the device plan: the decoded frames it keeps, vs what is available."""
-
-    frame_bytes: int  # one decoded uint8 frame
-    num_frames: int  # video frames the run keeps
-    other_bytes: int  # what else lands in host RAM (everything, on the CPU; pinned offload pages on a GPU)
-    available_bytes: int
-    max_blocks: int  # the most blocks whose frames fit
-    message: str = ""
-
-    @property
-    def needed_bytes(self) -> int:
-        return self.frame_bytes * self.num_frames + self.other_bytes
-
-    @property
-    def fits(self) -> bool:
-        return self.needed_bytes <= self.available_bytes
-
-    def describe(self) -> str:
-        return (
-            f"host memory: {self.num_frames} decoded frames kept ({_format_bytes(self.frame_bytes * self.num_frames)})"
-            f" + {_format_bytes(self.other_bytes)} of {_format_bytes(self.available_bytes)} available"
-        )
-
-
-def host_available_bytes() -> int:
-    """RAM the OS can hand out now without swapping (MemAvailable), else the free pages."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
-        return 2**62
-
-
-def available_memory_bytes(device: torch.device | str) -> tuple[int, str]:
-    """(bytes, where from): the default budget when the user gave none. CUDA: free device memory; else host RAM."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(dev)
-        # blocks torch's caching allocator holds but no tensor uses are ours to reuse, not gone
-        cached = (
-            torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev) if torch.cuda.is_initialized() else 0
-        )
-        return int(free + max(0, cached)), f"free memory of {dev}"
-    return host_available_bytes(), "available host RAM"
 
 
 def check_host_memory(
@@ -841,29 +490,6 @@ def check_host_memory(
     other_bytes: int,
     available_bytes: int,
 ) -> HostMemory:
-    """Attach the host-memory side of a run to `plan`: decoded frames kept vs RAM; names the most blocks that fit.
-
-    `frames_for_blocks(n)` is the number of video frames n blocks decode to. Allocates nothing.
-    """
-    lo, hi = 0, num_blocks  # frames grow with blocks: bisect for the largest n that fits
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if frame_bytes * frames_for_blocks(mid) + other_bytes <= available_bytes:
-            lo = mid
-        else:
-            hi = mid - 1
-    fit = lo
-    host = HostMemory(frame_bytes, frames_for_blocks(num_blocks), other_bytes, available_bytes, fit)
-    if not host.fits:
-        fix = (
-            f"ask for at most {fit} blocks (the cheapest fix), or a smaller width × height"
-            if fit > 0
-            else "lower width × height or the cache settings; not even one block fits"
-        )
-        host.message = (
-            f"the run needs {_format_bytes(host.needed_bytes)} of host memory ({host.num_frames} decoded frames kept, "
-            f"{_format_bytes(host.frame_bytes * host.num_frames)}, + {_format_bytes(other_bytes)}) but only "
-            f"{_format_bytes(available_bytes)} is available: {fix}."
-        )
-    plan.host = host
-    return host
+    """Attach the host-memory side of a run to `plan` (`plan_costs.host_memory`); allocates nothing."""
+    plan.host = host_memory(frame_bytes, frames_for_blocks, num_blocks, other_bytes, available_bytes)
+    return plan.host

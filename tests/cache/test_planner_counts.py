@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig, create_kv_cache
-from inferix_core.cache.planner import _kv_spec, activation_bytes, cache_cost, transformer_weight_bytes
+from inferix_core.cache.plan_costs import activation_bytes, cache_cost, kv_spec, transformer_weight_bytes
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
@@ -38,7 +38,7 @@ KINDS = {
 
 
 def _spec(dtype=torch.float32):
-    return _kv_spec(CONFIG, LATENT_H, LATENT_W, BLOCK, 1, dtype, NUM_BLOCKS * BLOCK)
+    return kv_spec(CONFIG, LATENT_H, LATENT_W, BLOCK, 1, dtype, NUM_BLOCKS * BLOCK)
 
 
 def test_weight_term_is_the_parameters_allocated():

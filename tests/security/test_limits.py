@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from inferix_core.api import check_plan, generate_video, plan_run
-from inferix_core.cache import planner
+from inferix_core.cache import plan_costs
 from inferix_core.errors import CacheBudgetError, ConfigError
 from inferix_core.models.registry import load_world_model
 from inferix_core.schedules import seconds_to_blocks
@@ -100,7 +100,7 @@ def test_no_budget_means_the_machine_s_memory_and_a_refusal_naming_the_fix(bundl
 
 
 def test_default_host_budget_is_the_available_ram(bundled, monkeypatch):
-    monkeypatch.setattr(planner, "host_available_bytes", lambda: 30 * MiB)
+    monkeypatch.setattr(plan_costs, "host_available_bytes", lambda: 30 * MiB)
     w, h = bundled.default_size
     with pytest.raises(CacheBudgetError, match="host memory"):
         check_plan(plan_run(bundled, None, w, h, num_blocks=1000))
@@ -108,8 +108,8 @@ def test_default_host_budget_is_the_available_ram(bundled, monkeypatch):
 
 def test_cuda_default_budget_is_the_free_device_memory(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * 2**30, 24 * 2**30))
-    assert planner.available_memory_bytes("cuda:0") == (3 * 2**30, "free memory of cuda:0")
-    assert planner.available_memory_bytes("cpu")[1] == "available host RAM"
+    assert plan_costs.available_memory_bytes("cuda:0") == (3 * 2**30, "free memory of cuda:0")
+    assert plan_costs.available_memory_bytes("cpu")[1] == "available host RAM"
 
 
 def test_run_lists_only_its_own_outputs(tmp_path, capsys):
@@ -143,11 +143,11 @@ def test_lvbench_json_never_overwrites(tmp_path, capsys):
 
 
 def test_bench_json_never_overwrites(tmp_path, monkeypatch, capsys):
-    from inferix_core import benchmark
+    from inferix_core import benchmark, benchmark_report
     from inferix_core.cli import main
 
     monkeypatch.setattr(benchmark, "run_engine_benchmark", lambda cfg: {"rows": [1]})
-    monkeypatch.setattr(benchmark, "format_table", lambda result: "table")
+    monkeypatch.setattr(benchmark_report, "format_table", lambda result: "table")
     out = tmp_path / "bench.json"
     out.write_text("earlier")
     assert main(["bench", "--device", "cpu", "--json", str(out)]) == 0
