@@ -16,6 +16,7 @@ import pytest
 
 from inferix_core.sinks import live
 from inferix_core.sinks.live import MAX_BODY_BYTES, InputQueue, LiveView
+from inferix_core.sinks.live_inputs import MAX_QUEUED_EVENTS
 
 
 @pytest.fixture
@@ -117,7 +118,7 @@ def test_flood_of_actions_is_bounded_and_the_real_key_press_survives(view):
     assert post(view, b'{"type": "stop"}')[0] == 200
     assert post(view, b'{"type": "action", "name": "left"}')[0] == 200
     events = view.inputs.drain()
-    assert len(events) <= live.MAX_QUEUED_EVENTS
+    assert len(events) <= MAX_QUEUED_EVENTS
     assert events[-1]["name"] == "left"  # the newest press is there, at the end
     assert any(e["type"] == "stop" for e in events)  # a stop is never the one dropped
     assert view.inputs.dropped > 0
