@@ -50,6 +50,7 @@ from .image_world import (
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import SamplingConfig
 from .pipeline.block_diffusion import SeededNoise
+from .pipeline.recache import RECACHE_STYLES
 from .profiling import NullProfiler
 from .schedules import SCENE_CUT_PREFIX
 from .sinks.live import InputQueue
@@ -66,7 +67,7 @@ log = logging.getLogger(__name__)
 
 # How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm,
 # "blocks" re-runs every resident block's context pass in order; the default per family is in the registry.
-RECACHE_STYLES = ("window", "blocks")
+
 MAX_QUEUED_ACTIONS = 8  # actions waiting for their blocks (one block each)
 MAX_FUTURES = 4  # futures of one "branch here", shown side by side
 
@@ -565,37 +566,20 @@ class InteractiveSession:
         after the sink blocks the cache restarts at the window's first block. Costs one transformer call
         per resident block. Every cache kind can skip frames (KVCache.restart), so it returns True.
         """
-        cache, n = self.state.cache, self.pipeline.sampling.block_frames
-        before = cache.resident_frames()
+        before = self.state.cache.resident_frames()
         resident = set(before)
         blocks = [b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
         if not blocks:
             return True
-        if self.recache_style == "window":
-            return self._recache_window(blocks, before)
-        cache.reset()
-        for b in blocks:
-            if b.start > cache.end_frame:
-                cache.restart(b.start)
-            self.pipeline.context_pass(self.state, b.latents, b.start, b.action)
-        if cache.end_frame != self.state.next_frame or cache.resident_frames() != before:
+        first = self.pipeline.recache(self.state, [(b.start, b.latents, b.action) for b in blocks], self.recache_style)
+        if self.state.cache.resident_frames() != before:
             raise ConfigError(  # an invariant of the re-cache, not a user mistake; fail loudly rather than drift
-                f"re-cache left frames {cache.resident_frames()} resident (end {cache.end_frame}); "
-                f"expected {before} (end {self.state.next_frame}) with {n}-frame blocks"
+                f"re-cache changed the resident frames from {before} to {self.state.cache.resident_frames()}"
             )
         self.num_recaches += 1
-        log.debug("re-cached %d blocks (%d frames) under the new prompt", len(blocks), len(before))
-        return True
-
-    def _recache_window(self, blocks: list[_CachedBlock], resident: list[int]) -> bool:
-        """LongLive's re-cache (`BlockDiffusionPipeline.recache_window`) from the stored resident blocks."""
-        first = self.pipeline.recache_window(self.state, [(b.start, b.latents, b.action) for b in blocks])
-        if self.state.cache.resident_frames() != resident:
-            raise ConfigError(
-                f"re-cache changed the resident frames from {resident} to {self.state.cache.resident_frames()}"
-            )
-        self.num_recaches += 1
-        log.debug("re-cached frames %d..%d in one pass under the new prompt", first, self.state.next_frame - 1)
+        log.debug(
+            "re-cached frames %d..%d (%s) under the new prompt", first, self.state.next_frame - 1, self.recache_style
+        )
         return True
 
     # -- "branch here" ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ..scheduler import FlowMatchScheduler, SamplingConfig, make_scheduler
 from ..tensors import to_device_async
 from .frames import check_clean_prefix, initial_block_ranges, keep_resident
 from .graphs import graph_runner
+from .recache import recache, recache_window
 from .types import (
     BlockOutput,
     DeferredContextPass,
@@ -271,35 +272,12 @@ class BlockDiffusionPipeline:
             state.text = self.model.prepare_context(to_device_async(context, self.device))
 
     def recache_window(self, state: StreamState, blocks: list[tuple[int, torch.Tensor, torch.Tensor | None]]) -> int:
-        """LongLive's KV re-cache under the prompt now in `state`; returns the first frame re-written.
+        """LongLive's KV re-cache under the prompt now in `state` (`recache.recache_window`)."""
+        return recache_window(self, state, blocks)
 
-        NVlabs/LongLive v1.0 `_recache_after_switch` (pipeline/interactive_causal_inference.py, with their
-        `global_sink: true`): one context pass (t = context_noise) over the clean latents of the resident
-        frames after the sink, which attend to the sink's cached K/V and to each other with no causal mask
-        and overwrite their own K/V; the sink keeps its K/V. While nothing has been evicted the pass covers
-        every frame from 0, the sink included. `blocks` are (start frame, clean latents (B, n, C, H, W),
-        action (B, n, A) or None) covering at least the resident frames.
-        """
-        self.settle(state)  # the last block stream() handed out: its K/V are among those re-written
-        cache, end = state.cache, state.next_frame
-        resident = cache.resident_frames()
-        if not resident or not blocks:
-            return end
-        sink = getattr(cache, "sink_frames", 0)
-        first = 0 if resident == list(range(end)) else min(f for f in resident if f >= sink)
-        where = {start + i: (x, a, i) for start, x, a in blocks for i in range(x.shape[1])}
-        frames = list(range(first, end))
-        if not set(frames) <= set(resident) or not set(frames) <= set(where):
-            raise ConfigError(  # an invariant of the callers (they keep the resident blocks), not a user mistake
-                f"re-cache needs the clean frames {first}..{end - 1}, resident and given; the cache holds "
-                f"{resident}, the blocks cover {sorted(where)}"
-            )
-        latents = torch.cat([where[f][0][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
-        actions = None
-        if all(where[f][1] is not None for f in frames):
-            actions = torch.cat([where[f][1][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
-        self.context_pass(state, latents, first, actions)
-        return first
+    def recache(self, state: StreamState, blocks: list, style: str) -> int:
+        """Re-write the resident frames' K/V under the prompt now in `state`, "window" or "blocks" (pipeline/recache.py)."""
+        return recache(self, state, blocks, style)
 
     def context_pass(
         self, state: StreamState, latents: torch.Tensor, start_frame: int, action: torch.Tensor | None = None
