@@ -215,7 +215,7 @@ def test_branch_video_decodes_the_past_once_and_each_future_from_its_state():
 )
 def test_a_kept_fork_can_be_saved_and_resumed(tmp_path, cache):
     """fork → keep → to_plain_stream → save → load → continue == the kept fork continuing in its arena."""
-    from inferix_core.branching import to_plain_stream
+    from inferix_core.pipeline.streams import to_plain_stream
     from inferix_core.world_state import load_world_state, model_identity, save_world_state
 
     pipe, (prompts, actions) = _pipe(cache), _inputs()

@@ -59,7 +59,7 @@ def check_batchable(pipe: BlockDiffusionPipeline, states: list[StreamState]) -> 
         if not isinstance(st.cache, StreamKVCache):
             raise ConfigError(
                 f"stream {i} has a {type(st.cache).__name__}; batched streams need pages in a shared arena "
-                "(start them with inferix_core.branching.start_stream or MultiStreamEngine.admit)"
+                "(start them with inferix_core.pipeline.streams.start_stream or MultiStreamEngine.admit)"
             )
         if st.batch_size != 1:
             raise ConfigError(f"stream {i} has batch {st.batch_size}; batched streams are one batch row each")
