@@ -38,7 +38,7 @@ BUNDLED = "bundled"
 # folders we add to ComfyUI's model search paths when missing (name -> folder under models/)
 EXTRA_MODEL_FOLDERS = {"inferix_metrics": "inferix_metrics", "vae_approx": "vae_approx"}
 
-_state: dict[str, Any] = {"output_dir": None}
+_state: dict[str, Any] = {"output_dir": None, "input_dir": None}
 _listeners: list[Callable[[str, dict], None]] = []
 
 
@@ -67,11 +67,16 @@ def output_dir() -> Path:
     return Path(_state["output_dir"] or os.environ.get("INFERIX_OUTPUT_DIR") or "output")
 
 
+def set_input_dir(path: str | os.PathLike[str] | None) -> None:
+    """Headless: the folder workflows read input files from (overrides $INFERIX_INPUT_DIR); None: the default."""
+    _state["input_dir"] = None if path is None else str(path)
+
+
 def input_dir() -> Path:
-    """ComfyUI's input folder, else $INFERIX_INPUT_DIR, or ./input."""
+    """ComfyUI's input folder, else set_input_dir(), $INFERIX_INPUT_DIR, or ./input."""
     if folder_paths is not None:
         return Path(folder_paths.get_input_directory())
-    return Path(os.environ.get("INFERIX_INPUT_DIR") or "input")
+    return Path(_state["input_dir"] or os.environ.get("INFERIX_INPUT_DIR") or "input")
 
 
 def temp_dir() -> Path:
