@@ -410,4 +410,4 @@ class InferixBlockDenoise(io.ComfyNode):
         images = frames_to_image(result.frames)
         if world_state is not None:
             ui["text"][0] = f"continued the {world_state.describe()}\n" + ui["text"][0]
-        return io.NodeOutput(latent, images, result, core_video(images, result.fps), result.world_state, ui=ui)
+        return io.NodeOutput(latent, images, result, core_video(images, result.fps, result), result.world_state, ui=ui)

@@ -525,6 +525,7 @@ def build_ui(
     """UI format (LiteGraph): nodes with sockets and widgets_values, a links table, model download hints."""
     link_rows, ui_nodes, link_id = [], [], 0
     outgoing: dict[tuple[int, int], list[int]] = {}
+    class_of = {nid: class_type for nid, class_type, _, _ in nodes}
     for order, (nid, class_type, widgets, links) in enumerate(nodes):
         schema, inputs = schemas[class_type], []
         for spec in schema.inputs:
@@ -535,7 +536,8 @@ def build_ui(
                 link_id += 1
                 src, slot = links[spec.name]
                 link = link_id
-                link_rows.append([link_id, src, slot, nid, len(inputs), spec.type_name])
+                # a link carries its source's type (an input may take several: "INFERIX_VIDEO,VIDEO")
+                link_rows.append([link_id, src, slot, nid, len(inputs), schemas[class_of[src]].return_types[slot]])
                 outgoing.setdefault((src, slot), []).append(link_id)
             inputs.append({"name": spec.name, "type": spec.type_name, "link": link})
         values: list[Any] = []

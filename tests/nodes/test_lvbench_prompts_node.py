@@ -48,7 +48,7 @@ def test_picks_a_video_from_a_file_in_the_input_folder(node_classes, input_dir: 
     assert "video_id" in cls.VALIDATE_INPUTS(captions_path="caps.json", video_id="")
     with pytest.raises(ConfigError, match="video_id"):
         _execute(cls, captions_path="caps.json")
-    with pytest.raises(ConfigError, match="captions_path .* outside the input folder"):
+    with pytest.raises(ConfigError, match=r"captions_path .* outside the input folder"):
         _execute(cls, captions_path=str(path))  # the same file by its absolute path: refused
     assert "caps.json" in cls.INPUT_TYPES()["required"]["captions_path"][0]  # listed in the combo
 

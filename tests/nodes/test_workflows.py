@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from inferix_core.workflow.schema import types_match
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
 CARDS = REPO / "example_workflows"  # what ComfyUI shows as the pack's templates: UI format only
@@ -116,7 +118,8 @@ def test_ui_files_carry_download_hints(api_file):
         assert len(names) == len(set(names))
     for link_id, src, src_slot, dst, dst_slot, kind in ui["links"]:
         nodes = {n["id"]: n for n in ui["nodes"]}
-        assert nodes[src]["outputs"][src_slot]["type"] == kind == nodes[dst]["inputs"][dst_slot]["type"]
+        assert nodes[src]["outputs"][src_slot]["type"] == kind
+        assert types_match(kind, nodes[dst]["inputs"][dst_slot]["type"])
         assert nodes[dst]["inputs"][dst_slot]["link"] == link_id
 
 

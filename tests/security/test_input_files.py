@@ -93,5 +93,5 @@ def test_a_caption_file_in_the_input_folder_is_read_and_its_text_never_echoed(tm
 
 
 def test_the_bundled_example_needs_no_input_folder(tmp_path, capsys):
-    code, text = run(tmp_path, "workflows/captions/lvbench_example.json", capsys, "--set", "99.until_seconds=1")
+    _, text = run(tmp_path, "workflows/captions/lvbench_example.json", capsys, "--set", "99.until_seconds=1")
     assert "captions_path" not in text, text
