@@ -95,3 +95,30 @@ def test_a_caption_file_in_the_input_folder_is_read_and_its_text_never_echoed(tm
 def test_the_bundled_example_needs_no_input_folder(tmp_path, capsys):
     _, text = run(tmp_path, "workflows/captions/lvbench_example.json", capsys, "--set", "99.until_seconds=1")
     assert "captions_path" not in text, text
+
+
+@pytest.mark.parametrize("name", ["ABS", "../secret.png", "link/secret.png"])
+def test_inferix_play_takes_a_workflows_start_image_from_the_input_folder_only(tmp_path, monkeypatch, name):
+    from inferix_core import cli
+    from inferix_core.commands import play as play_cmd
+    from inferix_core.errors import ConfigError
+
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"not for the workflow")
+    (tmp_path / "input").mkdir()
+    os.symlink(tmp_path, tmp_path / "input" / "link")
+    wf = json.loads((ROOT / "workflows" / "api" / "matrix_game2_universal_api.json").read_text())
+    load = next(v for v in wf.values() if v["class_type"] == "LoadImage")
+    load["inputs"]["image"] = str(secret) if name == "ABS" else name
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(wf))
+    monkeypatch.setenv("INFERIX_INPUT_DIR", str(tmp_path / "input"))
+    monkeypatch.setattr(play_cmd, "load_world_model", lambda *a, **kw: "wm")
+    models = tmp_path / "models"
+    for rel in ("diffusion_models/base_distilled_model/base_distill.safetensors", "vae/Wan2.1_VAE.pth",
+                "clip_vision/clip_vision_h.safetensors"):  # fmt: skip
+        (models / rel).parent.mkdir(parents=True, exist_ok=True)
+        (models / rel).touch()
+    monkeypatch.setenv("INFERIX_MODELS_DIR", str(models))
+    with pytest.raises(ConfigError, match="outside the input folder.*--image PATH"):
+        play_cmd.load_setup(cli.build_parser().parse_args(["play", str(path)]))
