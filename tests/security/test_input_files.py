@@ -120,5 +120,5 @@ def test_inferix_play_takes_a_workflows_start_image_from_the_input_folder_only(t
         (models / rel).parent.mkdir(parents=True, exist_ok=True)
         (models / rel).touch()
     monkeypatch.setenv("INFERIX_MODELS_DIR", str(models))
-    with pytest.raises(ConfigError, match="outside the input folder.*--image PATH"):
+    with pytest.raises(ConfigError, match=r"outside the input folder.*--image PATH"):
         play_cmd.load_setup(cli.build_parser().parse_args(["play", str(path)]))
