@@ -102,18 +102,27 @@ def model_choices(folder: str, *, bundled: bool = False) -> list[str]:
     return ([BUNDLED] if bundled else []) + names
 
 
-def model_folder(folder: str) -> str | None:
-    """The first existing directory of a model folder (e.g. 'inferix_metrics'), or None."""
+def model_folder(folder: str, *, existing: bool = True) -> str | None:
+    """The first existing directory of a model folder (e.g. 'inferix_metrics'), or None.
+
+    `existing=False`: the folder where files belong even if it does not exist yet (ComfyUI's first path for
+    it, else $INFERIX_MODELS_DIR/<folder>, else ./models/<folder>), so a message can say where to put them.
+    """
     paths: list[str] = []
     if folder_paths is not None and folder in folder_paths.folder_names_and_paths:
         paths = list(folder_paths.get_folder_paths(folder))
     elif os.environ.get("INFERIX_MODELS_DIR"):
         paths = [os.path.join(os.environ["INFERIX_MODELS_DIR"], folder)]
-    return next((p for p in paths if os.path.isdir(p)), None)
+    found = next((p for p in paths if os.path.isdir(p)), None)
+    if found is not None or existing:
+        return found
+    return paths[0] if paths else os.path.join("models", folder)
 
 
-def resolve_model_file(folder: str, name: str) -> str:
+def resolve_model_file(folder: str, name: str, *, bundled: bool = True) -> str:
     """Full path of `name` in model folder `folder` ('bundled' passes through); raises MissingFileError.
+
+    `bundled`: whether this input offers the bundled choice (model parts do, LoRAs do not), for the hints.
 
     Inside ComfyUI the name comes from a workflow (anyone who can POST /prompt), and our nodes' own
     validate_inputs takes over ComfyUI's check of the combo's choices, so only files under ComfyUI's
@@ -121,10 +130,12 @@ def resolve_model_file(folder: str, name: str) -> str:
     $INFERIX_MODELS_DIR/<folder>/ is confined the same way, and any other name is taken as the path
     the CLI user typed.
     """
-    if name == BUNDLED:
+    if name == BUNDLED and bundled:
         return name
+    or_bundled = f" (or '{BUNDLED}')" if bundled else ""
+    choose = f", or choose '{BUNDLED}'" if bundled else ""
     if not isinstance(name, str) or not name.strip() or "\x00" in name:
-        raise MissingFileError(f"model file name {str(name)[:80]!r} is not a file name; choose '{BUNDLED}' or a file")
+        raise MissingFileError(f"model file name {str(name)[:80]!r} is not a file name; choose a file{choose}")
     if folder_paths is not None:
         try:
             roots = list(folder_paths.get_folder_paths(folder))
@@ -138,8 +149,8 @@ def resolve_model_file(folder: str, name: str) -> str:
             if path and _inside(path, roots) and os.path.isfile(path):
                 return os.path.abspath(path)
         raise MissingFileError(
-            f"'{name}' is not a file in ComfyUI's '{folder}' model folder; only files under models/{folder}/ "
-            f"(or '{BUNDLED}') can be loaded. Put the file there and pick it from the list."
+            f"'{name}' is not a file in ComfyUI's '{folder}' model folder; only files under models/{folder}/"
+            f"{or_bundled} can be loaded. Put the file there and pick it from the list."
         )
     candidates: list[str] = []
     if os.environ.get("INFERIX_MODELS_DIR"):
@@ -153,7 +164,7 @@ def resolve_model_file(folder: str, name: str) -> str:
             return path
     raise MissingFileError(
         f"'{name}' was not found in the '{folder}' model folder. Put the file in models/{folder}/ "
-        f"(or $INFERIX_MODELS_DIR/{folder}/ when headless), or choose '{BUNDLED}'."
+        f"(or $INFERIX_MODELS_DIR/{folder}/ when headless){choose}."
     )
 
 
@@ -261,11 +272,13 @@ class BlockHooks:
         self.node_id = node_id
         self.num_blocks = num_blocks
         self.run_id = f"{node_id or 'headless'}_{uuid.uuid4().hex[:8]}"
+        self.done = 0  # blocks finished in this run
         self.progress = Progress(num_blocks, node_id=node_id, desc="blocks")
 
     def on_start(self, num_blocks: int) -> None:
         """Called once before the first block."""
         self.num_blocks = self.progress.total = num_blocks
+        self.done = 0
 
     def check_interrupt(self) -> None:
         """Called by the pipeline between denoising steps."""
@@ -277,14 +290,16 @@ class BlockHooks:
         """One clean block is done: move the bar, show its last frame, tell the front end.
 
         Args:
-            index: block index from 0.
+            index: the block's index in the world, from 0 (a continued world's first new block is past 0).
             frames: the block's decoded frames, uint8 [T, H, W, 3] (numpy or torch), or None.
             timings: seconds per phase of this block (denoise, context, decode, ...).
             memory: KV-cache usage (bytes on GPU / host) when the cache reports it.
         """
         preview = _last_frame_image(frames)
         saved = save_preview(preview, f"{self.run_id}_block") if preview is not None else None
-        self.progress.update(index + 1, preview)
+        # `index` counts the world's blocks (a continued world starts past 0); progress counts this run's
+        self.done += 1
+        self.progress.update(self.done, preview)
         # the core reports KV-cache bytes among the timings (kv_gpu_bytes, kv_host_bytes); the panel reads memory
         timings = dict(timings or {})
         memory = {**{k: timings.pop(k) for k in list(timings) if k.startswith("kv_")}, **(memory or {})}
@@ -293,8 +308,9 @@ class BlockHooks:
             {
                 "node": self.node_id,
                 "run": self.run_id,
-                "block": index,
+                "block": self.done - 1,  # of this run, as num_blocks
                 "num_blocks": self.num_blocks,
+                "world_block": index,  # of the world (past a continued world's earlier blocks)
                 "timings": timings,
                 "memory": memory,
                 "preview": saved,

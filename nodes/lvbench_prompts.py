@@ -111,17 +111,15 @@ class InferixLVBenchPrompts(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(
-        cls,
-        captions_path: str | None = None,
-        video_id: str | None = None,
-        segment_seconds: float | None = None,
-        until_seconds: float | None = None,
-    ) -> bool | str:
+    def validate_inputs(cls, captions_path: str | None = None) -> bool | str:
+        # One input only: ComfyUI pins a validator's message on every input it names. The file is checked
+        # here (where it is, that it reads); video_id and until_seconds when the node runs.
         if captions_path is None:  # linked, checked when it runs
             return True
+        from inferix_core.metrics.lvbench.prompts import load_prompt_schedules
+
         try:
-            load_schedule(captions_path, video_id or "", segment_seconds or 2.5, until_seconds or 0.0)
+            load_prompt_schedules(find_captions(captions_path))
         except InferixError as exc:
             return str(exc)
         return True

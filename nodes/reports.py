@@ -105,7 +105,9 @@ class InferixLVBenchScore(io.ComfyNode):
         video = as_inferix_video(video)
         frames = video.frames if video is not None else images
         fps = float(video.fps) if video is not None else None
-        weights = rt.model_folder("inferix_metrics")
+        # where the metric networks belong even before the folder exists: the proxies' notes then name
+        # models/inferix_metrics/ (not the CLI's --weights-dir)
+        weights = rt.model_folder("inferix_metrics", existing=False)
         result = score_video(frames, metrics=METRIC_SETS[metrics], chunks=chunks, weights_dir=weights, fps=fps)
         table = format_table([result])
         return io.NodeOutput(result.to_json(), table, ui={"text": [table]})

@@ -45,7 +45,7 @@ def test_picks_a_video_from_a_file_in_the_input_folder(node_classes, input_dir: 
         (0.0, "one"),
         (4.0, "two"),
     )
-    assert "video_id" in cls.VALIDATE_INPUTS(captions_path="caps.json", video_id="")
+    assert cls.VALIDATE_INPUTS(captions_path="caps.json") is True  # video_id is checked when it runs
     with pytest.raises(ConfigError, match="video_id"):
         _execute(cls, captions_path="caps.json")
     with pytest.raises(ConfigError, match=r"captions_path .* outside the input folder"):
@@ -63,5 +63,6 @@ def test_validation_names_the_missing_or_bad_file(node_classes, input_dir: Path)
     assert "not valid JSON" in cls.VALIDATE_INPUTS(captions_path="bad.json")
     late = input_dir / "late.json"
     late.write_text(json.dumps([{"start": 2, "caption": "x"}]))
-    assert "start at 0" in cls.VALIDATE_INPUTS(captions_path="late.json")
+    with pytest.raises(ConfigError, match="start at 0"):  # a rule of the schedule: checked when it runs
+        _execute(cls, captions_path="late.json")
     assert cls.VALIDATE_INPUTS(captions_path=None) is True  # a linked input is checked when it runs
