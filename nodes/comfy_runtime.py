@@ -410,6 +410,30 @@ def _modules_of(world_model: Any) -> list[Any]:
     return list(found.values())
 
 
+# canonical sizes of the released Wan transformers, by (dim, layers); others are named by their parameter count
+_WAN_SIZES = {(1536, 30): "1.3B", (5120, 40): "14B", (3072, 30): "5B"}
+
+
+def model_label(world_model: Any) -> str:
+    """'Inferix self_forcing 1.3B': the family and size, as ComfyUI's model list and memory log show it."""
+    config = world_model.config
+    size = _WAN_SIZES.get((getattr(config, "dim", 0), getattr(config, "num_layers", 0)))
+    if size is None:
+        count = config.num_parameters()
+        size = f"{count / 1e9:.1f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
+    family = f"{world_model.family}_{world_model.variant}" if world_model.variant else world_model.family
+    return f"Inferix {family} {size}"
+
+
+def model_container(world_model: Any) -> Any:
+    """The world model's torch modules in one ModuleList whose class is named by `model_label` (ComfyUI shows
+    a model by its class name: a plain ModuleList would be listed as "ModuleList")."""
+    import torch
+
+    named = type(model_label(world_model), (torch.nn.ModuleList,), {"__module__": __name__})
+    return named(_modules_of(world_model))
+
+
 def register_world_model(world_model: Any) -> Any:
     """Make a loaded world model one of ComfyUI's models (evictable, loaded through load_models_gpu).
 
@@ -419,9 +443,8 @@ def register_world_model(world_model: Any) -> Any:
     if comfy_mm is None:
         return world_model
     import comfy.model_patcher
-    import torch
 
-    container = torch.nn.ModuleList(_modules_of(world_model))
+    container = model_container(world_model)
     size = comfy_mm.module_size(container)
     # the weights are already on the load device: say so, or ComfyUI would free room for a second copy
     container.device = world_model.device
