@@ -43,18 +43,19 @@ def load_schedule(
     from inferix_core.metrics.lvbench.prompts import load_prompt_schedule
 
     path = find_captions(captions_path)
+    name = captions_path.strip()  # messages name the file as given, not where it is on the server
     schedule = load_prompt_schedule(path, video_id.strip() or None, segment_seconds)
     if until_seconds > 0:
         schedule = [(t, p) for t, p in schedule if t < until_seconds]
     if not schedule:
-        raise ConfigError(f"'{path}' has no captions before {until_seconds:g} s")
+        raise ConfigError(f"'{name}' has no captions before {until_seconds:g} s")
     if schedule[0][0] != 0:
         raise ConfigError(
-            f"the first caption in '{path}' starts at {schedule[0][0]:g} s; a prompt schedule must start at 0"
+            f"the first caption in '{name}' starts at {schedule[0][0]:g} s; a prompt schedule must start at 0"
         )
     times = [t for t, _ in schedule]
     if len(set(times)) != len(times):
-        raise ConfigError(f"'{path}' has two captions starting at the same time; start times must differ")
+        raise ConfigError(f"'{name}' has two captions starting at the same time; start times must differ")
     return schedule
 
 
