@@ -447,25 +447,16 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
 
 
 def _resolve_input_image(name: str) -> str:
-    """A workflow's Load Image file, inside $INFERIX_INPUT_DIR (ComfyUI's input folder) or ./input only.
-
-    The name comes from the workflow, as in ComfyUI: absolute names, `..` and links leading out of the
-    folder are refused (a start image elsewhere is given on the command line with --image PATH).
-    """
+    """A workflow's Load Image file, only inside $INFERIX_INPUT_DIR (ComfyUI's input folder) or ./input."""
     root = Path(os.environ.get("INFERIX_INPUT_DIR") or "input").resolve()
     text = str(name).split(" [input]")[0].strip()
-    rel = Path(text)
-    path = (root / rel).resolve()
-    if rel.is_absolute() or ".." in rel.parts or root not in path.parents:
+    path = (root / text).resolve()  # an absolute name, `..` or a link out resolves outside the folder
+    if root not in path.parents:
         raise ConfigError(
-            f"start image '{text}' is outside the input folder ({root}); a workflow's Load Image names a file in "
-            "INFERIX_INPUT_DIR (ComfyUI's input folder): put it there, or pass --image PATH"
+            f"start image '{text}' is outside the input folder ({root}): put it there, or pass --image PATH"
         )
     if not path.is_file():
-        raise MissingFileError(
-            f"start image '{text}' is not in the input folder ({root}): pass --image PATH, or set INFERIX_INPUT_DIR "
-            "to ComfyUI's input folder"
-        )
+        raise MissingFileError(f"start image '{text}' is not in {root}: pass --image PATH, or set INFERIX_INPUT_DIR")
     return str(path)
 
 
