@@ -103,7 +103,9 @@ def as_inferix_video(video: Any) -> Any:
     if carried is not None:
         return carried
     if not callable(getattr(video, "get_components", None)):
-        raise TypeError(f"expected a video (INFERIX_VIDEO or VIDEO), got {type(video).__name__}")
+        from inferix_core.errors import ConfigError
+
+        raise ConfigError(f"expected a video (INFERIX_VIDEO or VIDEO), got {type(video).__name__}")
     parts = video.get_components()
     frames = (parts.images.clamp(0, 1) * 255).round().byte().cpu().numpy()
     return RebuiltVideo(frames=frames, fps=float(parts.frame_rate))
