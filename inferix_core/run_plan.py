@@ -59,6 +59,7 @@ def plan_run(
         free, source = available_memory_bytes(world_model.device)
         plan = plan_memory(**args, budget_bytes=free + resident_bytes(world_model))
         plan.budget_source = source
+    plan.device_type = world_model.device.type  # the plan's text says where its totals live
     host_free = host_available_bytes() if available_bytes is None else available_bytes
     cost = plan.chosen_cache or plan.requested_cache
     # on the CPU everything is host memory (the loaded weights are already out of MemAvailable)

@@ -35,6 +35,21 @@ MAX_SIZE = 4096
 SIZE_STEP = 16  # VAE stride 8 x patch 2: pixel sizes must divide by 16
 
 
+def size_problem(width: int, height: int, num_blocks: int | None = None, seconds: float | None = None) -> str | None:
+    """Why a frame size or length cannot run (a hint inside the limits), or None."""
+    for name, value in (("width", width), ("height", height)):
+        if value % SIZE_STEP or not SIZE_STEP <= value <= MAX_SIZE:
+            hint = min(MAX_SIZE, max(SIZE_STEP, round(value / SIZE_STEP) * SIZE_STEP))
+            return (
+                f"{name} must be a multiple of {SIZE_STEP} between {SIZE_STEP} and {MAX_SIZE}, got {value}; try {hint}"
+            )
+    if num_blocks is not None and not 1 <= num_blocks <= MAX_BLOCKS:
+        return f"num_blocks must be between 1 and {MAX_BLOCKS}, got {num_blocks}"
+    if seconds is not None and (not math.isfinite(seconds) or seconds < 0):
+        return f"seconds must be 0 (use num_blocks) or a positive number, got {seconds}"
+    return None
+
+
 def frame_size_inputs() -> list:
     """The width and height widgets of every generating node (Block Denoise, Branch World)."""
     return [
@@ -275,24 +290,10 @@ class InferixBlockDenoise(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(
-        cls,
-        num_blocks: int | None = None,
-        width: int | None = None,
-        height: int | None = None,
-        denoising_steps: str | None = None,
-        seconds: float | None = None,
-    ) -> bool | str:
-        for name, value in (("width", width), ("height", height)):
-            if value is not None and (value % SIZE_STEP or not SIZE_STEP <= value <= MAX_SIZE):
-                return (
-                    f"{name} must be a multiple of {SIZE_STEP} between {SIZE_STEP} and {MAX_SIZE}, got {value}; "
-                    f"try {max(SIZE_STEP, round(value / SIZE_STEP) * SIZE_STEP)}"
-                )
-        if num_blocks is not None and not 1 <= num_blocks <= MAX_BLOCKS:
-            return f"num_blocks must be between 1 and {MAX_BLOCKS}, got {num_blocks}"
-        if seconds is not None and (not math.isfinite(seconds) or seconds < 0):
-            return f"seconds must be 0 (use num_blocks) or a positive number, got {seconds}"
+    def validate_inputs(cls, denoising_steps: str | None = None) -> bool | str:
+        # One input only: ComfyUI pins a validator's message on every input it names, so a message about one
+        # input would show on each. width, height, num_blocks and seconds have their min/max checked by
+        # ComfyUI itself (pinned on that input); what min/max cannot say is checked in execute (size_problem).
         if denoising_steps is not None:
             steps = parse_steps(denoising_steps)
             if isinstance(steps, str):
@@ -332,6 +333,9 @@ class InferixBlockDenoise(io.ComfyNode):
         from inferix_core.errors import ConfigError
         from inferix_core.profiling import Profiler
 
+        problem = size_problem(width, height, num_blocks, seconds)
+        if problem:
+            raise ConfigError(problem)
         steps = parse_steps(denoising_steps)
         if isinstance(steps, str):
             raise ConfigError(steps)
@@ -410,4 +414,4 @@ class InferixBlockDenoise(io.ComfyNode):
         images = frames_to_image(result.frames)
         if world_state is not None:
             ui["text"][0] = f"continued the {world_state.describe()}\n" + ui["text"][0]
-        return io.NodeOutput(latent, images, result, core_video(images, result.fps), result.world_state, ui=ui)
+        return io.NodeOutput(latent, images, result, core_video(images, result.fps, result), result.world_state, ui=ui)

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import comfy_runtime as rt
 from . import types
-from .block_denoise import MAX_BLOCKS, conditioning_tensor, frame_size_inputs, frames_to_image
+from .block_denoise import MAX_BLOCKS, conditioning_tensor, frame_size_inputs, frames_to_image, size_problem
 from .compat import io
 
 log = logging.getLogger(__name__)
@@ -98,15 +98,12 @@ class InferixBranchWorld(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, futures: str | None = None, keep: int | None = None) -> bool | str:
+    def validate_inputs(cls, futures: str | None = None) -> bool | str:
+        # one input: ComfyUI pins a validator's message on every input it names (keep is checked in execute)
         if futures is None:
             return True
         parsed = parse_futures(futures)
-        if isinstance(parsed, str):
-            return parsed
-        if keep is not None and not 0 <= keep < len(parsed):
-            return f"keep={keep} but there are {len(parsed)} futures (0..{len(parsed) - 1})"
-        return True
+        return parsed if isinstance(parsed, str) else True
 
     @classmethod
     def execute(
@@ -130,6 +127,9 @@ class InferixBranchWorld(io.ComfyNode):
         parsed = parse_futures(futures)
         if isinstance(parsed, str):
             raise ConfigError(parsed)
+        problem = size_problem(width, height)
+        if problem:
+            raise ConfigError(problem)
         if not 0 <= keep < len(parsed):
             raise ConfigError(f"keep={keep} but there are {len(parsed)} futures (0..{len(parsed) - 1})")
         # one stream's plan of the whole length (its budget); branch_video then admits the N futures against it:

@@ -38,7 +38,7 @@ BUNDLED = "bundled"
 # folders we add to ComfyUI's model search paths when missing (name -> folder under models/)
 EXTRA_MODEL_FOLDERS = {"inferix_metrics": "inferix_metrics", "vae_approx": "vae_approx"}
 
-_state: dict[str, Any] = {"output_dir": None}
+_state: dict[str, Any] = {"output_dir": None, "input_dir": None}
 _listeners: list[Callable[[str, dict], None]] = []
 
 
@@ -67,11 +67,16 @@ def output_dir() -> Path:
     return Path(_state["output_dir"] or os.environ.get("INFERIX_OUTPUT_DIR") or "output")
 
 
+def set_input_dir(path: str | os.PathLike[str] | None) -> None:
+    """Headless: the folder workflows read input files from (overrides $INFERIX_INPUT_DIR); None: the default."""
+    _state["input_dir"] = None if path is None else str(path)
+
+
 def input_dir() -> Path:
-    """ComfyUI's input folder, else $INFERIX_INPUT_DIR, or ./input."""
+    """ComfyUI's input folder, else set_input_dir(), $INFERIX_INPUT_DIR, or ./input."""
     if folder_paths is not None:
         return Path(folder_paths.get_input_directory())
-    return Path(os.environ.get("INFERIX_INPUT_DIR") or "input")
+    return Path(_state["input_dir"] or os.environ.get("INFERIX_INPUT_DIR") or "input")
 
 
 def temp_dir() -> Path:
@@ -97,18 +102,27 @@ def model_choices(folder: str, *, bundled: bool = False) -> list[str]:
     return ([BUNDLED] if bundled else []) + names
 
 
-def model_folder(folder: str) -> str | None:
-    """The first existing directory of a model folder (e.g. 'inferix_metrics'), or None."""
+def model_folder(folder: str, *, existing: bool = True) -> str | None:
+    """The first existing directory of a model folder (e.g. 'inferix_metrics'), or None.
+
+    `existing=False`: the folder where files belong even if it does not exist yet (ComfyUI's first path for
+    it, else $INFERIX_MODELS_DIR/<folder>, else ./models/<folder>), so a message can say where to put them.
+    """
     paths: list[str] = []
     if folder_paths is not None and folder in folder_paths.folder_names_and_paths:
         paths = list(folder_paths.get_folder_paths(folder))
     elif os.environ.get("INFERIX_MODELS_DIR"):
         paths = [os.path.join(os.environ["INFERIX_MODELS_DIR"], folder)]
-    return next((p for p in paths if os.path.isdir(p)), None)
+    found = next((p for p in paths if os.path.isdir(p)), None)
+    if found is not None or existing:
+        return found
+    return paths[0] if paths else os.path.join("models", folder)
 
 
-def resolve_model_file(folder: str, name: str) -> str:
+def resolve_model_file(folder: str, name: str, *, bundled: bool = True) -> str:
     """Full path of `name` in model folder `folder` ('bundled' passes through); raises MissingFileError.
+
+    `bundled`: whether this input offers the bundled choice (model parts do, LoRAs do not), for the hints.
 
     Inside ComfyUI the name comes from a workflow (anyone who can POST /prompt), and our nodes' own
     validate_inputs takes over ComfyUI's check of the combo's choices, so only files under ComfyUI's
@@ -116,10 +130,12 @@ def resolve_model_file(folder: str, name: str) -> str:
     $INFERIX_MODELS_DIR/<folder>/ is confined the same way, and any other name is taken as the path
     the CLI user typed.
     """
-    if name == BUNDLED:
+    if name == BUNDLED and bundled:
         return name
+    or_bundled = f" (or '{BUNDLED}')" if bundled else ""
+    choose = f", or choose '{BUNDLED}'" if bundled else ""
     if not isinstance(name, str) or not name.strip() or "\x00" in name:
-        raise MissingFileError(f"model file name {str(name)[:80]!r} is not a file name; choose '{BUNDLED}' or a file")
+        raise MissingFileError(f"model file name {str(name)[:80]!r} is not a file name; choose a file{choose}")
     if folder_paths is not None:
         try:
             roots = list(folder_paths.get_folder_paths(folder))
@@ -133,8 +149,8 @@ def resolve_model_file(folder: str, name: str) -> str:
             if path and _inside(path, roots) and os.path.isfile(path):
                 return os.path.abspath(path)
         raise MissingFileError(
-            f"'{name}' is not a file in ComfyUI's '{folder}' model folder; only files under models/{folder}/ "
-            f"(or '{BUNDLED}') can be loaded. Put the file there and pick it from the list."
+            f"'{name}' is not a file in ComfyUI's '{folder}' model folder; only files under models/{folder}/"
+            f"{or_bundled} can be loaded. Put the file there and pick it from the list."
         )
     candidates: list[str] = []
     if os.environ.get("INFERIX_MODELS_DIR"):
@@ -148,7 +164,7 @@ def resolve_model_file(folder: str, name: str) -> str:
             return path
     raise MissingFileError(
         f"'{name}' was not found in the '{folder}' model folder. Put the file in models/{folder}/ "
-        f"(or $INFERIX_MODELS_DIR/{folder}/ when headless), or choose '{BUNDLED}'."
+        f"(or $INFERIX_MODELS_DIR/{folder}/ when headless){choose}."
     )
 
 
@@ -256,11 +272,13 @@ class BlockHooks:
         self.node_id = node_id
         self.num_blocks = num_blocks
         self.run_id = f"{node_id or 'headless'}_{uuid.uuid4().hex[:8]}"
+        self.done = 0  # blocks finished in this run
         self.progress = Progress(num_blocks, node_id=node_id, desc="blocks")
 
     def on_start(self, num_blocks: int) -> None:
         """Called once before the first block."""
         self.num_blocks = self.progress.total = num_blocks
+        self.done = 0
 
     def check_interrupt(self) -> None:
         """Called by the pipeline between denoising steps."""
@@ -272,14 +290,16 @@ class BlockHooks:
         """One clean block is done: move the bar, show its last frame, tell the front end.
 
         Args:
-            index: block index from 0.
+            index: the block's index in the world, from 0 (a continued world's first new block is past 0).
             frames: the block's decoded frames, uint8 [T, H, W, 3] (numpy or torch), or None.
             timings: seconds per phase of this block (denoise, context, decode, ...).
             memory: KV-cache usage (bytes on GPU / host) when the cache reports it.
         """
         preview = _last_frame_image(frames)
         saved = save_preview(preview, f"{self.run_id}_block") if preview is not None else None
-        self.progress.update(index + 1, preview)
+        # `index` counts the world's blocks (a continued world starts past 0); progress counts this run's
+        self.done += 1
+        self.progress.update(self.done, preview)
         # the core reports KV-cache bytes among the timings (kv_gpu_bytes, kv_host_bytes); the panel reads memory
         timings = dict(timings or {})
         memory = {**{k: timings.pop(k) for k in list(timings) if k.startswith("kv_")}, **(memory or {})}
@@ -288,8 +308,9 @@ class BlockHooks:
             {
                 "node": self.node_id,
                 "run": self.run_id,
-                "block": index,
+                "block": self.done - 1,  # of this run, as num_blocks
                 "num_blocks": self.num_blocks,
+                "world_block": index,  # of the world (past a continued world's earlier blocks)
                 "timings": timings,
                 "memory": memory,
                 "preview": saved,
@@ -389,6 +410,30 @@ def _modules_of(world_model: Any) -> list[Any]:
     return list(found.values())
 
 
+# canonical sizes of the released Wan transformers, by (dim, layers); others are named by their parameter count
+_WAN_SIZES = {(1536, 30): "1.3B", (5120, 40): "14B", (3072, 30): "5B"}
+
+
+def model_label(world_model: Any) -> str:
+    """'Inferix self_forcing 1.3B': the family and size, as ComfyUI's model list and memory log show it."""
+    config = world_model.config
+    size = _WAN_SIZES.get((getattr(config, "dim", 0), getattr(config, "num_layers", 0)))
+    if size is None:
+        count = config.num_parameters()
+        size = f"{count / 1e9:.1f}B" if count >= 1e9 else f"{count / 1e6:.0f}M"
+    family = f"{world_model.family}_{world_model.variant}" if world_model.variant else world_model.family
+    return f"Inferix {family} {size}"
+
+
+def model_container(world_model: Any) -> Any:
+    """The world model's torch modules in one ModuleList whose class is named by `model_label` (ComfyUI shows
+    a model by its class name: a plain ModuleList would be listed as "ModuleList")."""
+    import torch
+
+    named = type(model_label(world_model), (torch.nn.ModuleList,), {"__module__": __name__})
+    return named(_modules_of(world_model))
+
+
 def register_world_model(world_model: Any) -> Any:
     """Make a loaded world model one of ComfyUI's models (evictable, loaded through load_models_gpu).
 
@@ -398,9 +443,8 @@ def register_world_model(world_model: Any) -> Any:
     if comfy_mm is None:
         return world_model
     import comfy.model_patcher
-    import torch
 
-    container = torch.nn.ModuleList(_modules_of(world_model))
+    container = model_container(world_model)
     size = comfy_mm.module_size(container)
     # the weights are already on the load device: say so, or ComfyUI would free room for a second copy
     container.device = world_model.device

@@ -124,26 +124,11 @@ class InferixKVCacheConfig(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(
-        cls,
-        window_frames: int | None = None,
-        sink_frames: int | None = None,
-        page_frames: int | None = None,
-        gpu_budget_gb: float | None = None,
-    ) -> bool | str:
+    def validate_inputs(cls, window_frames: int | None = None) -> bool | str:
+        # One input only: ComfyUI pins a validator's message on every input it names. The other inputs' ranges
+        # are their widgets' min/max (checked by ComfyUI, pinned on each); sink < window is checked in execute.
         if window_frames is not None and window_frames != -1 and not 1 <= window_frames <= 4096:
             return f"window_frames must be -1 (global) or between 1 and 4096, got {window_frames}"
-        if sink_frames is not None and not 0 <= sink_frames <= 64:
-            return f"sink_frames must be between 0 and 64, got {sink_frames}"
-        if page_frames is not None and not 0 <= page_frames <= 64:
-            return f"page_frames must be between 0 and 64, got {page_frames}"
-        if gpu_budget_gb is not None and gpu_budget_gb < 0:
-            return f"gpu_budget_gb must be 0 (no limit) or positive, got {gpu_budget_gb}"
-        if None not in (window_frames, sink_frames) and window_frames != -1 and sink_frames >= window_frames:
-            return (
-                f"sink_frames ({sink_frames}) must be smaller than window_frames ({window_frames}); "
-                f"raise window_frames or lower sink_frames"
-            )
         return True
 
     @classmethod
@@ -157,6 +142,15 @@ class InferixKVCacheConfig(io.ComfyNode):
         quantization: str,
         world_model: Any = None,
     ) -> io.NodeOutput:
+        from inferix_core.errors import ConfigError
+
+        if window_frames == 0:
+            raise ConfigError("window_frames must be -1 (global) or between 1 and 4096, got 0")
+        if window_frames != -1 and sink_frames >= window_frames:
+            raise ConfigError(
+                f"sink_frames ({sink_frames}) must be smaller than window_frames ({window_frames}); "
+                f"raise window_frames or lower sink_frames"
+            )
         config = build_config(window_frames, sink_frames, page_frames, offload, gpu_budget_gb, quantization)
         text = describe(config)
         if world_model is not None:

@@ -65,7 +65,7 @@ class InferixLoadWorldModelLoRA(io.ComfyNode):
         if lora_name is None:
             return True
         try:
-            rt.resolve_model_file(LORA_FOLDER, lora_name)
+            rt.resolve_model_file(LORA_FOLDER, lora_name, bundled=False)
         except FileNotFoundError as exc:
             return str(exc)
         return True
@@ -74,7 +74,7 @@ class InferixLoadWorldModelLoRA(io.ComfyNode):
     def execute(cls, world_model, lora_name: str, strength: float) -> io.NodeOutput:
         from inferix_core.models.lora import apply_loras, read_lora
 
-        lora = read_lora(rt.resolve_model_file(LORA_FOLDER, lora_name))
+        lora = read_lora(rt.resolve_model_file(LORA_FOLDER, lora_name, bundled=False))
         merged = apply_loras(world_model, [(lora, float(strength))])
         summary = f"{lora.describe()}; strength {float(strength):g}\n{merged.describe()}"
         log.info("LoRA merged: %s", summary.replace("\n", "; "))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from inferix_core.attention.registry import attention_backends
+from inferix_core.errors import ConfigError, MissingFileError
 from inferix_core.models.registry import FAMILIES, WEIGHTS_CHOICES
 
 from . import comfy_runtime as rt
@@ -41,6 +42,26 @@ def _resolve(name: str, value: str) -> str | None:
     if value == NONE or (value == rt.BUNDLED and name != "model"):
         return None
     return rt.resolve_model_file(FILE_INPUTS[name][0], value)
+
+
+def missing_files(**chosen: str | None) -> str | None:
+    """One message naming every chosen file that is not in its model folder (or is outside it), or None."""
+    missing = []
+    for name, value in chosen.items():
+        if value is None or value in (rt.BUNDLED, NONE):
+            continue
+        try:
+            _resolve(name, value)
+        except MissingFileError:
+            missing.append(f"{name} '{value}' (models/{FILE_INPUTS[name][0]}/)")
+    if not missing:
+        return None
+    where = "ComfyUI's model folders" if rt.folder_paths is not None else "the model folders ($INFERIX_MODELS_DIR)"
+    return (
+        f"{len(missing)} model file(s) not found in {where}: {', '.join(missing)}. Only files inside those folders "
+        "load: put each there and pick it from its list, "
+        f"or choose '{rt.BUNDLED}' for the small bundled model"
+    )
 
 
 class InferixLoadWorldModel(io.ComfyNode):
@@ -173,21 +194,13 @@ class InferixLoadWorldModel(io.ComfyNode):
         vae: str | None = None,
         preview_decoder: str | None = None,
         text_encoder: str | None = None,
-        device: str | None = None,
     ) -> bool | str:
-        chosen = {"model": model, "vae": vae, "preview_decoder": preview_decoder, "text_encoder": text_encoder}
-        for name, value in chosen.items():
-            if value is None or value in (rt.BUNDLED, NONE):
-                continue
-            try:
-                _resolve(name, value)
-            except FileNotFoundError as exc:
-                return str(exc)
-        if device == "cuda":
-            import torch
+        """The file inputs are named here so that ComfyUI does not check them against its list one by one.
 
-            if not torch.cuda.is_available():
-                return "device is 'cuda' but no CUDA GPU is available; choose 'auto' or 'cpu'"
+        ComfyUI pins a validator's message on every input it names, and a template missing three files
+        should get one message naming the three: `missing_files` gives it when the node runs, before any
+        file is opened (a name outside the model folders is refused there, never read).
+        """
         return True
 
     @classmethod
@@ -211,6 +224,14 @@ class InferixLoadWorldModel(io.ComfyNode):
         # No model cache of our own: ComfyUI re-runs this node whenever any input (these two included) changes.
         from inferix_core.models.registry import load_world_model
 
+        problem = missing_files(model=model, vae=vae, preview_decoder=preview_decoder, text_encoder=text_encoder)
+        if problem:
+            raise MissingFileError(problem)
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device is 'cuda' but no CUDA GPU is available; choose 'auto' or 'cpu'")
         device = rt.device_choice(device)  # 'auto' is ComfyUI's device (--cpu, --cuda-device, mps) inside ComfyUI
         rt.make_room(rt.estimate_file_bytes(_resolve("model", model), _resolve("text_encoder", text_encoder)), device)
         world_model = load_world_model(

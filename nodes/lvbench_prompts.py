@@ -12,24 +12,28 @@ from pathlib import Path
 
 from inferix_core.errors import ConfigError, InferixError
 
-from . import comfy_runtime as rt
+from . import input_files as files
 from . import types
 from .compat import io
 
-PACK_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "workflows/captions/lvbench_example.json"
+INPUT = "captions_path"
+SUFFIXES = (".json",)
+
+
+def bundled_captions() -> list[str]:
+    """The caption files the pack ships (the example first), named relative to the pack."""
+    return sorted(files.bundled_files("workflows/captions", SUFFIXES), key=lambda n: n != EXAMPLE)
+
+
+def caption_choices() -> list[str]:
+    """The combo's list: the bundled caption files, then the input folder's JSON files."""
+    return bundled_captions() + files.input_choices(SUFFIXES)
 
 
 def find_captions(path: str) -> Path:
-    """An absolute path as is; a relative one in ComfyUI's input folder, then the pack (bundled example)."""
-    given = Path(path.strip()).expanduser()
-    if given.is_absolute():
-        return given
-    roots = []
-    if rt.folder_paths is not None:
-        roots.append(Path(rt.folder_paths.get_input_directory()))
-    roots += [PACK_ROOT, Path.cwd()]
-    return next((r / given for r in roots if (r / given).is_file()), roots[0] / given)
+    """The caption file `path` names: a bundled one, or a file inside the input folder (nothing else)."""
+    return files.resolve_input_file(path, INPUT, bundled_captions())
 
 
 def load_schedule(
@@ -38,21 +42,20 @@ def load_schedule(
     """The chosen video's [(start seconds, caption)], cut to captions starting before `until_seconds` (> 0)."""
     from inferix_core.metrics.lvbench.prompts import load_prompt_schedule
 
-    if not captions_path.strip():
-        raise ConfigError("captions_path is empty; give an LV-Bench caption JSON (e.g. " + EXAMPLE + ")")
     path = find_captions(captions_path)
+    name = captions_path.strip()  # messages name the file as given, not where it is on the server
     schedule = load_prompt_schedule(path, video_id.strip() or None, segment_seconds)
     if until_seconds > 0:
         schedule = [(t, p) for t, p in schedule if t < until_seconds]
     if not schedule:
-        raise ConfigError(f"'{path}' has no captions before {until_seconds:g} s")
+        raise ConfigError(f"'{name}' has no captions before {until_seconds:g} s")
     if schedule[0][0] != 0:
         raise ConfigError(
-            f"the first caption in '{path}' starts at {schedule[0][0]:g} s; a prompt schedule must start at 0"
+            f"the first caption in '{name}' starts at {schedule[0][0]:g} s; a prompt schedule must start at 0"
         )
     times = [t for t, _ in schedule]
     if len(set(times)) != len(times):
-        raise ConfigError(f"'{path}' has two captions starting at the same time; start times must differ")
+        raise ConfigError(f"'{name}' has two captions starting at the same time; start times must differ")
     return schedule
 
 
@@ -69,12 +72,13 @@ class InferixLVBenchPrompts(io.ComfyNode):
             "turns one video's captions into a prompt schedule for Inferix Block Denoise, so the "
             "long video can be generated from the benchmark's prompts and scored in one graph.",
             inputs=[
-                io.String.Input(
-                    "captions_path",
+                io.Combo.Input(
+                    INPUT,
+                    options=caption_choices(),
                     default=EXAMPLE,
-                    tooltip="The caption JSON: an absolute path, or one relative to ComfyUI's input "
-                    "folder or to the Inferix pack folder (the bundled example). Accepted "
-                    "shapes are listed in inferix_core/metrics/lvbench/prompts.py.",
+                    tooltip="The caption JSON: the bundled example, or a file in ComfyUI's input folder "
+                    "(put it there, then refresh the list). Nothing outside the input folder is read. "
+                    "Accepted shapes are listed in inferix_core/metrics/lvbench/prompts.py.",
                 ),
                 io.String.Input(
                     "video_id",
@@ -108,20 +112,15 @@ class InferixLVBenchPrompts(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(
-        cls,
-        captions_path: str | None = None,
-        video_id: str | None = None,
-        segment_seconds: float | None = None,
-        until_seconds: float | None = None,
-    ) -> bool | str:
+    def validate_inputs(cls, captions_path: str | None = None) -> bool | str:
+        # One input only: ComfyUI pins a validator's message on every input it names. The file is checked
+        # here (where it is, that it reads); video_id and until_seconds when the node runs.
         if captions_path is None:  # linked, checked when it runs
             return True
-        path = find_captions(captions_path)
-        if captions_path.strip() and not path.is_file():
-            return f"LV-Bench caption file '{captions_path}' not found (looked for '{path}')"
+        from inferix_core.metrics.lvbench.prompts import load_prompt_schedules
+
         try:
-            load_schedule(captions_path, video_id or "", segment_seconds or 2.5, until_seconds or 0.0)
+            load_prompt_schedules(find_captions(captions_path))
         except InferixError as exc:
             return str(exc)
         return True

@@ -14,6 +14,7 @@ from inferix_core.metrics.lvbench import DEFAULT_METRICS, METRICS
 from . import comfy_runtime as rt
 from . import types
 from .compat import io
+from .core_video import as_inferix_video
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class InferixProfileReport(io.ComfyNode):
             description="Where the time went: denoise, context pass and decode per block, throughput in frames "
             "per second, and peak KV-cache memory.",
             is_output_node=True,
-            inputs=[types.Video.Input("video", tooltip="The result of Inferix Block Denoise.")],
+            inputs=[types.VideoIn.Input("video", tooltip="Block Denoise's video or core_video, or any core VIDEO.")],
             outputs=[io.String.Output("report", tooltip="The profile as plain text.")],
         )
 
@@ -41,6 +42,7 @@ class InferixProfileReport(io.ComfyNode):
         from inferix_core.errors import ConfigError
         from inferix_core.profiling import ProfileReport, format_profile
 
+        video = as_inferix_video(video)
         if not video.profile:
             raise ConfigError("this video carries no profile; generate it with Inferix Block Denoise")
         text = format_profile(ProfileReport.from_dict(video.profile))
@@ -61,7 +63,9 @@ class InferixLVBenchScore(io.ComfyNode):
             "networks are not in models/inferix_metrics use labelled weight-free proxies.",
             is_output_node=True,
             inputs=[
-                types.Video.Input("video", optional=True, tooltip="The result of Inferix Block Denoise."),
+                types.VideoIn.Input(
+                    "video", optional=True, tooltip="Block Denoise's video or core_video, or any core VIDEO."
+                ),
                 io.Image.Input("images", optional=True, tooltip="Or any IMAGE batch (one image per frame)."),
                 io.Combo.Input(
                     "metrics",
@@ -98,9 +102,12 @@ class InferixLVBenchScore(io.ComfyNode):
 
         if video is None and images is None:
             raise ConfigError("Inferix LV-Bench Score has nothing to score: connect 'video' or 'images'")
+        video = as_inferix_video(video)
         frames = video.frames if video is not None else images
         fps = float(video.fps) if video is not None else None
-        weights = rt.model_folder("inferix_metrics")
+        # where the metric networks belong even before the folder exists: the proxies' notes then name
+        # models/inferix_metrics/ (not the CLI's --weights-dir)
+        weights = rt.model_folder("inferix_metrics", existing=False)
         result = score_video(frames, metrics=METRIC_SETS[metrics], chunks=chunks, weights_dir=weights, fps=fps)
         table = format_table([result])
         return io.NodeOutput(result.to_json(), table, ui={"text": [table]})

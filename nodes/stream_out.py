@@ -17,6 +17,7 @@ from inferix_core.errors import ConfigError
 from . import comfy_runtime as rt
 from . import types
 from .compat import io
+from .core_video import as_inferix_video
 from .stream_settings import FRAME_FORMATS, check_prefix, output_entry, split_prefix
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,11 @@ class InferixStreamOut(io.ComfyNode):
             "Denoise runs, this node also shows its live block previews.",
             is_output_node=True,
             inputs=[
-                types.Video.Input(
+                types.VideoIn.Input(
                     "video",
                     optional=True,
-                    tooltip="The result of Inferix Block Denoise (carries its fps, blocks and the streamed file).",
+                    tooltip="Block Denoise's video or core_video (both carry its fps, blocks and the streamed "
+                    "file), or any core VIDEO.",
                 ),
                 io.Image.Input(
                     "images",
@@ -115,6 +117,7 @@ class InferixStreamOut(io.ComfyNode):
 
         if video is None and images is None:
             raise ConfigError("Inferix Stream Out has nothing to save: connect 'video' or 'images'")
+        video = as_inferix_video(video)
         final = streamed_file(video) if video is not None else None
         if final is not None:
             log.info("showing %s, streamed while generating", final)

@@ -24,5 +24,7 @@ MemorySettings = io.Custom("INFERIX_MEMORY_SETTINGS")
 WorldState = io.Custom("INFERIX_WORLD_STATE")
 # inferix_core.api.VideoResult: latents, uint8 frames [T, H, W, 3], fps, per-block profile
 Video = io.Custom("INFERIX_VIDEO")
+# what a video input takes: ours, or core ComfyUI's VIDEO (nodes.core_video.as_inferix_video reads either)
+VideoIn = io.Custom("INFERIX_VIDEO,VIDEO")
 
 CATEGORY = "Inferix"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from inferix_core.workflow.schema import NodeSchema
+from inferix_core.workflow.ui_format import lay_out
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
@@ -233,7 +234,27 @@ class CoreImageScale:
 # core ComfyUI nodes the Matrix-Game and LongLive 2.0 I2V workflows use: they open in ComfyUI, not in `inferix run`
 CORE_NODE_CLASSES = {"LoadImage": CoreLoadImage, "CLIPVisionLoader": CoreCLIPVisionLoader, "ImageScale": CoreImageScale}
 
-# name -> (title, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
+# The Templates dialog shows a pack's card by its file name and cuts long ones: each card gets a short title
+# (its file name, "Inferix <short title>") and keeps the whole sentence below as its description.
+SHORT_TITLES = {
+    "quickstart": "Quickstart (bundled model, CPU)",
+    "continue_world": "Continue a world",
+    "branch_world": "Branch World",
+    "self_forcing_t2v": "Self-Forcing text-to-video",
+    "longlive2_t2v": "LongLive 2.0 text-to-video",
+    "longlive2_i2v": "LongLive 2.0 image-to-video",
+    "long_video": "Long video",
+    "interactive": "Interactive driving world",
+    "low_vram": "Low VRAM",
+    "longlive_lora": "LongLive 1.3B with LoRA",
+    "causal_forcing_t2v": "Causal-Forcing text-to-video",
+    "lvbench_score": "LV-Bench score",
+    "matrix_game2_universal": "Matrix-Game 2.0 universal",
+    "matrix_game2_gta_drive": "Matrix-Game 2.0 GTA drive",
+}
+MAX_TITLE = 40  # characters of "Inferix <short title>" the dialog shows whole
+
+# name -> (description, nodes, models); a node is (id, class_type, widget values, {input: (source id, output index)})
 GRAPHS: dict[str, tuple[str, list[Node], list[dict]]] = {
     "quickstart": (
         "Quickstart: the bundled world model on CPU",
@@ -498,7 +519,8 @@ def card_name(title: str) -> str:
 
 
 def ui_path(name: str, title: str, ui_dir: Path | None = None) -> Path:
-    return (ui_dir or UI_DIR) / f"{card_name(title)}.json"
+    """The card's file: named after the short title (`title` is the description, kept for callers)."""
+    return (ui_dir or UI_DIR) / f"{card_name(SHORT_TITLES[name])}.json"
 
 
 def api_path(name: str, api_dir: Path | None = None) -> Path:
@@ -519,12 +541,28 @@ def build_api(nodes: list, schemas: dict[str, NodeSchema]) -> dict[str, Any]:
     return api
 
 
+# What ComfyUI's front end adds under a node's widgets once it runs, in px: previews and text panels
+EXTRA_HEIGHT = {"InferixBlockDenoise": 240, "LoadImage": 320}
+OUTPUT_NODE_EXTRA = 320  # an output node shows its video, image or text
+
+
+def node_size(schema: NodeSchema, class_type: str) -> list[int]:
+    """A node's size as ComfyUI draws it at the default zoom (slots, widgets, multiline boxes, previews),
+    generous, so that laid out at this size no node grows over its neighbour."""
+    slots = max(sum(1 for s in schema.inputs if s.category != "hidden" and not s.is_widget), len(schema.return_types))
+    widgets = schema.widget_inputs
+    multiline = sum(1 for s in widgets if s.options.get("multiline"))
+    extra = EXTRA_HEIGHT.get(class_type, OUTPUT_NODE_EXTRA if schema.output_node else 0)
+    return [400, 20 + 22 * slots + 28 * len(widgets) + 90 * multiline + extra]
+
+
 def build_ui(
     name: str, title: str, nodes: list, models: list[dict], schemas: dict[str, NodeSchema], classes: dict[str, Any]
 ) -> dict[str, Any]:
     """UI format (LiteGraph): nodes with sockets and widgets_values, a links table, model download hints."""
     link_rows, ui_nodes, link_id = [], [], 0
     outgoing: dict[tuple[int, int], list[int]] = {}
+    class_of = {nid: class_type for nid, class_type, _, _ in nodes}
     for order, (nid, class_type, widgets, links) in enumerate(nodes):
         schema, inputs = schemas[class_type], []
         for spec in schema.inputs:
@@ -535,7 +573,8 @@ def build_ui(
                 link_id += 1
                 src, slot = links[spec.name]
                 link = link_id
-                link_rows.append([link_id, src, slot, nid, len(inputs), spec.type_name])
+                # a link carries its source's type (an input may take several: "INFERIX_VIDEO,VIDEO")
+                link_rows.append([link_id, src, slot, nid, len(inputs), schemas[class_of[src]].return_types[slot]])
                 outgoing.setdefault((src, slot), []).append(link_id)
             inputs.append({"name": spec.name, "type": spec.type_name, "link": link})
         values: list[Any] = []
@@ -547,8 +586,8 @@ def build_ui(
         node = {
             "id": nid,
             "type": class_type,
-            "pos": [40 + 360 * (order % 4), 60 + 420 * (order // 4)],
-            "size": [320, 260],
+            "pos": [0, 0],  # set by lay_out below
+            "size": node_size(schema, class_type),
             "flags": {},
             "order": order,
             "mode": 0,
@@ -563,6 +602,7 @@ def build_ui(
         if class_type == "InferixLoadWorldModel" and models:
             node["properties"]["models"] = models
         ui_nodes.append(node)
+    lay_out(ui_nodes, link_rows)
     for node in ui_nodes:
         for out in node["outputs"]:
             out["links"] = outgoing.get((node["id"], out["slot_index"]), []) or None
@@ -574,7 +614,10 @@ def build_ui(
         "groups": [],
         "config": {},
         "version": 0.4,
-        "extra": {"ds": {"scale": 1.0, "offset": [0, 0]}, "inferix": {"title": title, "api": f"{name}_api.json"}},
+        "extra": {
+            "ds": {"scale": 1.0, "offset": [0, 0]},
+            "inferix": {"title": SHORT_TITLES[name], "description": title, "api": f"{name}_api.json"},
+        },
     }
 
 

@@ -100,6 +100,7 @@ class MemoryPlan:
     block_frames: int = 3
     decode_overlaps: bool = False
     non_torch_bytes: int = 0  # CUDA context + cuBLAS/cuDNN workspaces: on the card, outside PyTorch's allocator
+    device_type: str = "cuda"  # where the run's tensors live ("cpu": the totals are host memory)
 
     @property
     def feasible(self) -> bool:
@@ -160,7 +161,8 @@ class MemoryPlan:
         overlap = (
             "activations + decode (overlapped)" if self.decode_overlaps else "the larger of activations and decode"
         )
-        lines.append(f"  {'total on the GPU':<40} {format_bytes(self.total_bytes):>10}  ({overlap} counted)")
+        where = "total on the GPU" if self.device_type == "cuda" else f"total in {self.device_type.upper()} memory"
+        lines.append(f"  {where:<40} {format_bytes(self.total_bytes):>10}  ({overlap} counted)")
         budget = format_bytes(self.budget_bytes) if self.budget_bytes else "none"
         source = f" ({self.budget_source})" if self.budget_bytes and self.budget_source != "explicit" else ""
         lines.append(f"  {'budget':<40} {budget:>10}{source}")

@@ -447,15 +447,17 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
 
 
 def _resolve_input_image(name: str) -> str:
-    """A workflow's Load Image file: as given, else under $INFERIX_INPUT_DIR (ComfyUI's input folder)."""
-    if Path(name).is_file():
-        return name
-    root = os.environ.get("INFERIX_INPUT_DIR")
-    if root and (Path(root) / name).is_file():
-        return str(Path(root) / name)
-    raise MissingFileError(
-        f"start image '{name}' was not found: pass --image PATH, or set INFERIX_INPUT_DIR to ComfyUI's input folder"
-    )
+    """A workflow's Load Image file, only inside $INFERIX_INPUT_DIR (ComfyUI's input folder) or ./input."""
+    root = Path(os.environ.get("INFERIX_INPUT_DIR") or "input").resolve()
+    text = str(name).split(" [input]")[0].strip()
+    path = (root / text).resolve()  # an absolute name, `..` or a link out resolves outside the folder
+    if root not in path.parents:
+        raise ConfigError(
+            f"start image '{text}' is outside the input folder ({root}): put it there, or pass --image PATH"
+        )
+    if not path.is_file():
+        raise MissingFileError(f"start image '{text}' is not in {root}: pass --image PATH, or set INFERIX_INPUT_DIR")
+    return str(path)
 
 
 def _node_inputs(graph: Any) -> dict[str, dict[str, Any]]:

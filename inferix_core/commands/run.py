@@ -26,6 +26,7 @@ from ..workflow import OUTPUT_DIR_ENV, execute, request_interrupt
 
 log = logging.getLogger(__name__)
 
+INPUT_DIR_ENV = "INFERIX_INPUT_DIR"
 NODES_MODULE_ENV = "INFERIX_NODES_MODULE"  # tests point this at a module of dummy node classes
 PACK_NAME = "inferix_nodes"
 
@@ -50,6 +51,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--output-dir", default=None, help=f"where output nodes write (default: ${OUTPUT_DIR_ENV} or ./output)"
     )
+    p.add_argument(
+        "--input-dir",
+        default=None,
+        help=f"the folder nodes read input files from, as ComfyUI's input/ folder: caption files, world states "
+        f"(default: ${INPUT_DIR_ENV} or ./input); names in the workflow must stay inside it",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--nodes-module", default=None, help=argparse.SUPPRESS)  # dummy node classes, for tests
     p.set_defaults(func=run)
@@ -59,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     """Execute the workflow and print where its outputs went."""
     node_classes = load_node_classes(args.nodes_module)
     output_dir = Path(args.output_dir or os.environ.get(OUTPUT_DIR_ENV) or "output").resolve()
+    input_dir = Path(args.input_dir or os.environ.get(INPUT_DIR_ENV) or "input").resolve()
     _tell_pack_output_dir(output_dir)
+    _tell_pack_dir("set_input_dir", input_dir)
     start = time.perf_counter()
     try:
         with _graceful_ctrl_c():
@@ -72,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             )
     finally:  # the pack's folder is process-wide: a later run or caller in this process must not inherit it
         _tell_pack_output_dir(None)
+        _tell_pack_dir("set_input_dir", None)
     print(f"ran {len(result.order)} node(s) in {time.perf_counter() - start:.1f} s")
     for node_id, ui in result.ui.items():  # what ComfyUI would show on the nodes (reports, plans, tables)
         for text in ui.get("text", []) if isinstance(ui, dict) else []:
@@ -137,9 +147,14 @@ def _load_package(name: str, init_file: Path) -> ModuleType:
 
 def _tell_pack_output_dir(path: Path | None) -> None:
     """Point the pack's output folder at `path` (None: back to its default; it also reads $INFERIX_OUTPUT_DIR)."""
+    _tell_pack_dir("set_output_dir", path)
+
+
+def _tell_pack_dir(setter_name: str, path: Path | None) -> None:
+    """Call the pack's `setter_name` (set_output_dir / set_input_dir) with `path` (None: back to its default)."""
     for module_name in (PACK_NAME, f"{PACK_NAME}.comfy_runtime"):
         module = sys.modules.get(module_name)
-        setter = getattr(module, "set_output_dir", None)
+        setter = getattr(module, setter_name, None)
         if callable(setter):
             setter(None if path is None else str(path))
             return

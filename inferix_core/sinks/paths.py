@@ -24,6 +24,17 @@ _PUBLISHED_LOCK = threading.Lock()
 NUMBER_DIGITS = 5  # name_00001.mp4, as ComfyUI's SaveImage counter
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# One mode for every published output (videos, frames, world states, downloads): 0666 less the umask, i.e.
+# 0644 under the usual 022, as a plain open() gives. safetensors and mkstemp write 0600; publish() sets it.
+OUTPUT_MODE = 0o666 & ~_umask()
+
+
 def confine_prefix(root: str | os.PathLike[str], prefix: str) -> tuple[Path, str]:
     """``(root/sub, name)`` for a ``filename_prefix`` such as ``'inferix/clip'``, refusing every escape.
 
@@ -95,10 +106,16 @@ def next_free_path(path: Path) -> Path:
 def publish(temp: Path, final: Path) -> Path:
     """Move ``temp`` to ``final`` without ever replacing a file; returns the name actually used.
 
+    The published file gets OUTPUT_MODE, whichever writer made it (docs/security.md, "File modes").
+
     ``os.link`` fails when the target exists, which makes the check and the move one atomic step; on
     file systems without hard links we fall back to check-then-rename.
     """
     target = final
+    try:
+        os.chmod(temp, OUTPUT_MODE)
+    except OSError as exc:  # a file system without modes: the output is still published
+        logger.debug("cannot set the mode of %s: %s", temp, exc)
     for _ in range(1000):
         try:
             os.link(temp, target)

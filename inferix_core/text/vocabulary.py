@@ -117,13 +117,13 @@ class VocabularyConfig:
         ignored = sorted({w for w in words if w not in owner and w not in self.filler})
         if not named:
             raise ConfigError(
-                f"the prompt {prompt!r} names no scene this model knows; use one of these words ({self.hint()}), "
+                # the prompt is not quoted: it may be a caption read from a file (docs/security.md)
+                f"a prompt ({len(words)} words) names no scene this model knows; use one of these words ({self.hint()}), "
                 f"or leave it empty for '{self.default}'"
             )
         if len(named) > 1:
             raise ConfigError(
-                f"the prompt {prompt!r} names {len(named)} scenes ({', '.join(sorted(named))}); name one "
-                f"({self.hint()})"
+                f"a prompt names {len(named)} scenes ({', '.join(sorted(named))}); name one ({self.hint()})"
             )
         if ignored:
             logger.info("prompt words not in the bundled vocabulary were ignored: %s", ", ".join(ignored))
@@ -163,7 +163,15 @@ class VocabularyPromptEncoder(nn.Module):
 
     def encode(self, prompts: list[str]) -> Tensor:
         """Prompts → context (B, text_len, text_dim), the same call as the umT5 encoder's."""
-        return self.context_for_ids(self.ids_for_scenes([self.config.scene_of(p) for p in prompts]))
+        scenes = []
+        for i, prompt in enumerate(prompts):
+            try:
+                scenes.append(self.config.scene_of(prompt))
+            except ConfigError as exc:
+                if len(prompts) == 1:
+                    raise
+                raise ConfigError(f"prompt {i + 1} of {len(prompts)}: {exc}") from None
+        return self.context_for_ids(self.ids_for_scenes(scenes))
 
     def forward(self, prompts: list[str]) -> Tensor:
         return self.encode(prompts)

@@ -229,3 +229,40 @@ def _resolve_source(
                 return _resolve_source(cand["link"], nodes, links, seen)
         return None
     return [origin_id, slot]
+
+
+# --- layout of UI-format files we write (workflows/build.py) -------------------------------------------
+TITLE_HEIGHT = 30  # LiteGraph draws a node's title bar above its `pos`
+LAYOUT_GAP = 60  # px between nodes, and between columns
+
+
+def node_box(node: dict[str, Any]) -> tuple[float, float, float, float]:
+    """(left, top, right, bottom) of a UI node on the canvas, its title bar included."""
+    (x, y), (w, h) = node["pos"], node["size"]
+    return x, y - TITLE_HEIGHT, x + w, y + h
+
+
+def lay_out(nodes: list[dict[str, Any]], links: list[list[Any]]) -> None:
+    """Set each node's `pos` (its `size` set already): a column per depth of the graph, left to right,
+    nodes stacked in their order within a column, nothing overlapping at the sizes given."""
+    sources: dict[Any, list[Any]] = {}
+    for _link_id, src, _slot, dst, *_ in links:
+        sources.setdefault(dst, []).append(src)
+    depth: dict[Any, int] = {}
+
+    def depth_of(nid: Any, seen: frozenset = frozenset()) -> int:
+        if nid not in depth:
+            ups = [s for s in sources.get(nid, []) if s not in seen]
+            depth[nid] = 1 + max((depth_of(s, seen | {nid}) for s in ups), default=-1)
+        return depth[nid]
+
+    columns: dict[int, list[dict[str, Any]]] = {}
+    for node in nodes:
+        columns.setdefault(depth_of(node["id"]), []).append(node)
+    x = 40.0
+    for col in sorted(columns):
+        y = 40.0 + TITLE_HEIGHT
+        for node in columns[col]:
+            node["pos"] = [x, y]
+            y += node["size"][1] + TITLE_HEIGHT + LAYOUT_GAP
+        x += max(n["size"][0] for n in columns[col]) + LAYOUT_GAP

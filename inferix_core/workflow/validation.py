@@ -196,8 +196,9 @@ def _check_node(
 
     if schema.has_validator and node_class is not None and not isinstance(node_class, NodeSchema):
         message = _run_validator(node_class, schema, inputs)
-        if message:
-            issue(None, message)
+        if message:  # pinned on the validator's one input, as ComfyUI pins it on each input the validator names
+            single = len(schema.validate_args) == 1 and not schema.validate_takes_kwargs
+            issue(schema.validate_args[0] if single else None, message)
     return issues
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from inferix_core.errors import ConfigError
 from tests.nodes.test_node_execution import FixtureConditioning, tiny_workflow
 
 
@@ -47,5 +48,7 @@ def test_branch_world_node_runs_headless(node_classes, models_dir, output_dir):
 def test_branch_world_refuses_bad_futures_and_keep(node_classes):
     node = node_classes["InferixBranchWorld"]
     assert "at least one line" in node.validate_inputs(futures="\n  \n")
-    assert "keep=2" in node.validate_inputs(futures="=\na road at night", keep=2)
-    assert node.validate_inputs(futures="=\na road at night", keep=1) is True
+    assert node.validate_inputs(futures="=\na road at night") is True
+    with pytest.raises(ConfigError, match="keep=2"):  # keep against the futures: checked when it runs
+        node.execute(world_model=None, past_prompt="", futures="=\na road at night", past_blocks=1, future_blocks=1,
+                     width=96, height=96, seed=0, keep=2)  # fmt: skip

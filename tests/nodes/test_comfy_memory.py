@@ -19,3 +19,16 @@ def test_headless_world_models_are_not_wrapped(node_classes, models_dir):
     assert rt.model_patcher(model) is None
     rt.ensure_loaded(model, 2**30)  # no ComfyUI: nothing to load through
     assert rt.estimate_file_bytes(str(models_dir / "diffusion_models" / "causal_wan_tiny.safetensors"), None) > 0
+
+
+def test_comfyui_lists_our_model_by_family_and_size_not_as_modulelist():
+    """ComfyUI names a loaded model by its class (`/free`, the memory log): the container says what it is."""
+    import torch
+
+    from inferix_core.models.registry import load_world_model
+
+    world = load_world_model("bundled", device="cpu")
+    container = rt.model_container(world)
+    name = type(container).__name__
+    assert name != "ModuleList" and name.startswith(f"Inferix {world.family} ") and name[-1] in "MB", name
+    assert isinstance(container, torch.nn.ModuleList) and len(container) >= 1

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def validate(node_classes, node_id, **inputs):
     return node_classes[node_id].VALIDATE_INPUTS(**inputs)
 
 
 def test_resolution_must_divide_by_16(node_classes):
-    msg = validate(node_classes, "InferixBlockDenoise", width=830, height=480)
+    # checked when the node runs (a validator names one input: ComfyUI repeats its message on each it names)
+    from inferix_nodes.block_denoise import size_problem
+
+    msg = size_problem(830, 480)
     assert "width must be a multiple of 16" in msg and "832" in msg
-    assert "height" in validate(node_classes, "InferixBlockDenoise", width=832, height=8)
-    assert validate(node_classes, "InferixBlockDenoise", width=832, height=480) is True
+    assert "height" in size_problem(832, 8)
+    assert size_problem(832, 480) is None
+    sizes = node_classes["InferixBlockDenoise"].INPUT_TYPES()["required"]
+    assert (sizes["width"][1]["min"], sizes["width"][1]["max"]) == (16, 4096)  # ComfyUI's own check, on the input
 
 
 def test_blocks_out_of_range(node_classes):
-    assert "num_blocks must be between 1 and" in validate(node_classes, "InferixBlockDenoise", num_blocks=0)
-    assert "num_blocks" in validate(node_classes, "InferixBlockDenoise", num_blocks=100000)
+    from inferix_nodes.block_denoise import MAX_BLOCKS, size_problem
+
+    assert "num_blocks must be between 1 and" in size_problem(832, 480, num_blocks=0)
+    assert "num_blocks" in size_problem(832, 480, num_blocks=100000)
+    spec = node_classes["InferixBlockDenoise"].INPUT_TYPES()["required"]["num_blocks"][1]
+    assert (spec["min"], spec["max"]) == (1, MAX_BLOCKS)
 
 
 def test_denoising_steps_text(node_classes):
@@ -34,21 +45,22 @@ def test_linked_inputs_arrive_as_none_and_pass(node_classes):
 
 
 def test_missing_model_file(node_classes, models_dir):
-    msg = validate(node_classes, "InferixLoadWorldModel", model="nope.safetensors")
-    assert "'nope.safetensors' was not found in the 'diffusion_models' model folder" in msg
-    assert (
-        validate(
-            node_classes, "InferixLoadWorldModel", model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors"
-        )
-        is True
-    )
+    from inferix_nodes.load_world_model import missing_files
+
+    msg = missing_files(model="nope.safetensors")
+    assert "model 'nope.safetensors' (models/diffusion_models/)" in msg
+    assert missing_files(model="causal_wan_tiny.safetensors", vae="wan_vae_tiny.safetensors") is None
     assert "causal_wan_tiny.safetensors" in node_classes["InferixLoadWorldModel"].INPUT_TYPES()["required"]["model"][0]
 
 
 def test_cache_sink_must_fit_window(node_classes):
-    assert "sink_frames (6) must be smaller than window_frames (6)" in validate(
-        node_classes, "InferixKVCacheConfig", window_frames=6, sink_frames=6
-    )
+    from inferix_core.errors import ConfigError
+
+    cls = node_classes["InferixKVCacheConfig"]
+    with pytest.raises(ConfigError, match=r"sink_frames \(6\) must be smaller than window_frames \(6\)"):
+        cls.execute(
+            window_frames=6, sink_frames=6, page_frames=0, offload="off", gpu_budget_gb=0.0, quantization="none"
+        )
     assert "window_frames must be -1" in validate(node_classes, "InferixKVCacheConfig", window_frames=0)
 
 

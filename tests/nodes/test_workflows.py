@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from inferix_core.workflow.schema import types_match
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / "workflows"
 CARDS = REPO / "example_workflows"  # what ComfyUI shows as the pack's templates: UI format only
@@ -116,7 +118,8 @@ def test_ui_files_carry_download_hints(api_file):
         assert len(names) == len(set(names))
     for link_id, src, src_slot, dst, dst_slot, kind in ui["links"]:
         nodes = {n["id"]: n for n in ui["nodes"]}
-        assert nodes[src]["outputs"][src_slot]["type"] == kind == nodes[dst]["inputs"][dst_slot]["type"]
+        assert nodes[src]["outputs"][src_slot]["type"] == kind
+        assert types_match(kind, nodes[dst]["inputs"][dst_slot]["type"])
         assert nodes[dst]["inputs"][dst_slot]["link"] == link_id
 
 
@@ -128,3 +131,30 @@ def test_workflows_are_up_to_date(tmp_path, monkeypatch):
         assert sorted(p.name for p in produced.glob("*.json")) == sorted(p.name for p in committed.glob("*.json"))
         for path in produced.glob("*.json"):
             assert path.read_text() == (committed / path.name).read_text(), path.name
+
+
+def test_template_titles_are_short_and_keep_the_sentence_as_description():
+    """The Templates dialog titles a pack's card with its file name and cuts long ones (issue #52)."""
+    build = load_build()
+    for path in CARDS.glob("*.json"):
+        info = json.loads(path.read_text())["extra"]["inferix"]
+        assert path.stem == f"Inferix {info['title']}" and len(path.stem) <= build.MAX_TITLE, path.name
+        assert len(info["description"]) > len(info["title"]), path.name  # the whole sentence, kept
+        assert (CARDS / f"{path.stem}.jpg").is_file(), f"{path.stem}.jpg: the card's thumbnail"
+
+
+def test_shipped_ui_workflows_have_no_overlapping_nodes():
+    """Boxes (title bar included) at the sizes written, which hold what the UI adds (issue #52)."""
+    from inferix_core.workflow.ui_format import node_box
+
+    for path in CARDS.glob("*.json"):
+        nodes = json.loads(path.read_text())["nodes"]
+        for node in nodes:  # at least LiteGraph's own size: 20 px a slot row, 24 a widget, a preview on outputs
+            slots = max(len(node.get("inputs", [])), len(node.get("outputs", [])))
+            least = 20 * slots + 24 * len(node.get("widgets_values", []))
+            assert node["size"][1] >= least and node["size"][0] >= 300, (path.name, node["type"], node["size"])
+        boxes = [(node["type"], node_box(node)) for node in nodes]
+        for i, (name_a, a) in enumerate(boxes):
+            for name_b, b in boxes[i + 1 :]:
+                apart = a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+                assert apart, f"{path.name}: {name_a} {a} overlaps {name_b} {b}"

@@ -46,9 +46,9 @@ def test_block_denoise_seconds_refuses_non_finite_and_beyond_the_cap(bundled, no
     from inferix_nodes.block_denoise import MAX_BLOCKS, InferixBlockDenoise
 
     w, h = bundled.default_size
-    answer = InferixBlockDenoise.validate_inputs(seconds=seconds)
-    if not math.isfinite(seconds) or seconds < 0:
-        assert isinstance(answer, str) and "seconds" in answer
+    if not math.isfinite(seconds) or seconds < 0:  # refused when the node runs (one message, issue #52)
+        with pytest.raises(ConfigError, match="seconds must be 0"):
+            InferixBlockDenoise.execute(bundled, "", 1, seconds, w, h, "", 0)
         return
     with pytest.raises(ConfigError, match=f"more than the {MAX_BLOCKS}-block"):
         InferixBlockDenoise.execute(bundled, "", 1, seconds, w, h, "", 0)

@@ -55,12 +55,19 @@ def test_files_in_the_model_folder_resolve(comfy_folders, name):
 
 
 @pytest.mark.parametrize("input_name", ["model", "vae", "preview_decoder", "text_encoder"])
-def test_validate_inputs_refuses_paths_outside_and_never_echoes_them(comfy_folders, input_name):
+def test_the_loader_refuses_paths_outside_and_never_echoes_them(comfy_folders, input_name):
+    """Refused when the node runs, before any file is opened, all names in one message (issue #52)."""
+    from inferix_nodes.load_world_model import missing_files
+
     _, secret = comfy_folders
     for name in (str(secret), "/etc/passwd", "../../secret.txt"):
-        answer = InferixLoadWorldModel.validate_inputs(**{input_name: name})
-        assert isinstance(answer, str) and "only files under" in answer, answer
+        assert InferixLoadWorldModel.validate_inputs(**{input_name: name}) is True  # one message, at run time
+        answer = missing_files(**{input_name: name})
+        assert isinstance(answer, str) and "Only files inside those folders" in answer, answer
         assert "root:x" not in answer and "secret\n" not in answer
+        args = {"model": "bundled", "vae": "bundled", "preview_decoder": "none", "text_encoder": "bundled"}
+        with pytest.raises(MissingFileError, match="Only files inside"):
+            InferixLoadWorldModel.execute(**{**args, input_name: name}, dtype="auto", attention="sdpa", device="cpu")
 
 
 def test_headless_models_dir_is_confined_too(tmp_path, monkeypatch):

@@ -107,7 +107,7 @@ def test_validate_inputs_hook(nodes):
         "1": {"class_type": "Test_Picky", "inputs": {"n": 3}},
         "2": {"class_type": "Test_SaveText", "inputs": {"value": ["1", 0], "prefix": "p"}},
     }
-    assert problems(wf, nodes) == ["node 1 (Test_Picky): n must be even, got 3"]
+    assert problems(wf, nodes) == ["node 1 (Test_Picky), input 'n': n must be even, got 3"]
 
 
 def test_no_output_node(nodes):

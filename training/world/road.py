@@ -77,7 +77,8 @@ def scene_from_prompt(prompt: str) -> str:
     found = [s for s in SCENES if words & set(_SCENE_WORDS[s])]
     if len(found) != 1:
         what = "names no scene" if not found else f"names several scenes ({', '.join(found)})"
-        raise ConfigError(f"prompt {prompt!r} {what}: use one of the words {', '.join(SCENE_WORDS)}")
+        # the prompt is not quoted: it may be a caption read from a file (docs/security.md)
+        raise ConfigError(f"the prompt {what}: use one of the words {', '.join(SCENE_WORDS)}")
     return found[0]
 
 
