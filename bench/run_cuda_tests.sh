@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The CUDA tests (`pytest -m cuda`) on a GPU machine, e.g. through the device tool:
+#   bash bench/run_cuda_tests.sh            # results in $OUT (default ./out): gpu.txt, cuda_tests.txt, junit.xml
+# They run from a copy of the tree without the pack's root __init__.py: pytest imports it as a package and it
+# loads the node pack, whose video output needs PyAV, which the GPU image lacks.
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
+git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+COPY=/tmp/inferix_cuda_tests
+rm -rf "$COPY" && cp -r . "$COPY" && rm -f "$COPY/__init__.py"
+cd "$COPY" && PYTHONPATH=. timeout "${TESTS_TIMEOUT:-520}" python -m pytest -m cuda -q -rs -p no:cacheprovider \
+  --junitxml="$OLDPWD/$OUT/junit.xml" ${TESTS:-tests} 2>&1 | tail -80 | tee "$OLDPWD/$OUT/cuda_tests.txt"
