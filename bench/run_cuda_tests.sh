@@ -6,11 +6,11 @@
 # themselves fail to collect there and are reported, the rest run.
 set -u
 OUT=${OUT:-out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
 git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 COPY=/tmp/inferix_cuda_tests
 rm -rf "$COPY" && cp -r . "$COPY" && rm -f "$COPY/__init__.py"
 cd "$COPY" && PYTHONPATH=. timeout "${TESTS_TIMEOUT:-520}" python -m pytest -m cuda -q -rs -p no:cacheprovider --continue-on-collection-errors \
-  --junitxml="$OLDPWD/$OUT/junit.xml" ${TESTS:-tests} 2>&1 | tail -80 | tee "$OLDPWD/$OUT/cuda_tests.txt"
+  --junitxml="$OUT/junit.xml" ${TESTS:-tests} 2>&1 | tail -80 | tee "$OUT/cuda_tests.txt"
