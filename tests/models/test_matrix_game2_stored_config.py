@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not FILES, reason="no Matrix-Game 2.0 fixture in
 
 def _rewrite(src, dst, edit_action=None, keep_metadata=True) -> dict:
     """A copy of `src` whose `info.config.action_config` went through `edit_action` (or no metadata at all)."""
-    info, tensors = read_fixture(src)
+    info, _ = read_fixture(src)
     with safe_open(str(src), "pt") as f:
         weights = {k: f.get_tensor(k) for k in f.keys() if k.startswith("weights.")}  # noqa: SIM118
     act = dict(info["config"]["action_config"])
