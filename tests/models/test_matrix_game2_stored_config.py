@@ -100,3 +100,44 @@ def test_a_window_the_weights_contradict_is_refused(path, tmp_path):
     _rewrite(path, dst, wrong)
     with pytest.raises((ConfigError, CheckpointLayoutError), match="windows_size"):
         load_wan_checkpoint(dst)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_run_settings_come_from_the_file(path, tmp_path):
+    """Steps, warp, shift, block size, context timestep, window and sink: the file's, not the variant's."""
+    from inferix_core.models.registry import load_world_model
+
+    info, _ = read_fixture(path)
+    dst = tmp_path / "model.safetensors"
+    _rewrite(path, dst)
+    run = {"denoising_step_list": [1000, 500], "warp_denoising_step": False, "timestep_shift": 3.0,
+           "num_frame_per_block": 2, "context_noise": 17}  # fmt: skip
+    with safe_open(str(dst), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    cfg = {**info["config"], "local_attn_size": 8, "sink_size": 2}
+    save_file(tensors, str(dst), metadata={"info": json.dumps({"config": cfg, "pipeline": run})})
+    wm = load_world_model(str(dst), device="cpu", dtype="fp32")
+    s, c = wm.sampling, wm.default_cache
+    assert (s.denoising_steps, s.warp_denoising_steps, s.shift) == ((1000, 500), False, 3.0)
+    assert (s.block_frames, s.context_noise, c.window_frames, c.sink_frames) == (2, 17, 8, 2)
+    _rewrite(path, dst)  # the fixture's own settings
+    wm = load_world_model(str(dst), device="cpu", dtype="fp32")
+    assert wm.sampling.denoising_steps == tuple(info["pipeline"]["denoising_step_list"])
+    assert wm.default_cache.window_frames == info["config"]["local_attn_size"]
+
+
+def test_unreleased_action_width_runs_when_every_setting_is_stored(tmp_path):
+    """Weights of no released variant (keyboard 5) load only with every run setting stored: nothing is guessed."""
+    from inferix_core.models.registry import load_world_model
+    from tests.models.test_matrix_game2_checkpoint import released_state
+
+    path = tmp_path / "model.safetensors"
+    run = {"denoising_step_list": [1000, 600], "warp_denoising_step": True, "timestep_shift": 5.0,
+           "num_frame_per_block": 3, "context_noise": 0, "local_attn_size": 6, "sink_size": 0}  # fmt: skip
+    save_file(released_state(5, True), str(path), metadata={"info": json.dumps({"pipeline": run})})
+    wm = load_world_model(str(path), device="cpu", dtype="fp32")
+    assert wm.config.action_config.keyboard_dim_in == 5 and wm.sampling.denoising_steps == (1000, 600)
+    del run["context_noise"]
+    save_file(released_state(5, True), str(path), metadata={"info": json.dumps({"pipeline": run})})
+    with pytest.raises(ConfigError, match="no released"):
+        load_world_model(str(path), device="cpu", dtype="fp32")
