@@ -70,6 +70,25 @@ def has_switch(info: dict, names) -> bool:
     return "switch" in info or "text_context_switch" in names
 
 
+def is_self_forcing_run(info: dict, names) -> bool:
+    """A plain Self-Forcing-schema run (README.md §1): a context pass after every block, README.md's trace
+    bookkeeping, no LoRA, no prompt switch, no KV recompute, one step list for every block."""
+    p = info.get("pipeline", {})
+    return (
+        "block0.context.flow_pred" in names
+        and "local_end_after_block_layer0" in info.get("trace", {})
+        and not has_lora(info, names)
+        and not has_switch(info, names)
+        and not p.get("do_kv_recomp")
+        and not p.get("denoising_step_list_first_chunk")
+    )
+
+
+def self_forcing_runs() -> list[Path]:
+    """Every plain Self-Forcing-schema run in tests/fixtures, told by content (any file name)."""
+    return files_of_kind("causal_wan", is_self_forcing_run)
+
+
 def call_start_frame(call: dict, pipeline: dict) -> int:
     """A `trace.calls` entry's first latent frame: `start_frame` if it says, else current_start / frame_seq_length."""
     if call.get("start_frame") is not None:

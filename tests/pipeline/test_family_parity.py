@@ -101,7 +101,8 @@ def test_timesteps_and_sigmas(path):
     torch.testing.assert_close(sch.sigmas, t["scheduler.sigmas"], atol=1e-6, rtol=0)
     ts = sch.timesteps_for(p["denoising_step_list"], p["warp_denoising_step"])
     torch.testing.assert_close(ts, t["timesteps_warped" if p["warp_denoising_step"] else "timesteps_used"])
-    torch.testing.assert_close(sch.sigma_at(torch.cat([ts, torch.zeros(1)])), t["sigmas_used"])
+    context = torch.zeros(1) + p["context_noise"]  # sigmas_used ends with the context pass's σ
+    torch.testing.assert_close(sch.sigma_at(torch.cat([ts, context])), t["sigmas_used"])
 
 
 @pytest.mark.parametrize("path", RUNS)
