@@ -21,11 +21,11 @@ from inferix_core.models.wan.action_module import (
     action_rope_table,
     apply_action_rope,
 )
-from tests.fixture_utils import fixture_files, fixture_weights, read_fixture
+from tests.fixture_utils import files_of_kind, fixture_weights, read_fixture
 
 ATOL = 1e-4
-FILES = fixture_files("action_module_*.safetensors")
-pytestmark = pytest.mark.skipif(not FILES, reason="no action_module_*.safetensors in tests/fixtures")
+FILES = files_of_kind("action_module")
+pytestmark = pytest.mark.skipif(not FILES, reason="no ActionModule fixture in tests/fixtures")
 SUBMODULES = ("mouse_mlp", "t_qkv", "proj_mouse", "keyboard_embed", "keyboard_attn_kv", "mouse_attn_q", "proj_keyboard")
 
 
