@@ -57,6 +57,7 @@ LORA = ("rank", "alpha", "scaling", "dropout", "container_key", "target_modules"
 SWITCH = ("switch_frame_indices", "switch_block_indices", "recache_frames", "sink_recache_after_switch")
 # trace.calls entries: label and current_start are documented; the frame count's name is not (the tests read the
 # frame count from the call's stored `.input`); `start_frame`, `reset_before`, `recompute` are optional extras
+# (strip drops `start_frame`, so a stripped copy exercises the current_start path)
 CALL = ("label", "current_start", "local_end", "global_end")
 OPTIONAL_CALL = {"start_frame": None, "reset_before": False, "recompute": False}
 VAE_TOP = ("config", "num_latent_frames", "z_shape", "video_shape", "decode", "encode", "cached_decode",
@@ -287,7 +288,7 @@ def strip_info(info: dict, kind: str) -> dict:
         fsl = info["pipeline"]["frame_seq_length"]
         calls = []
         for c in tr["calls"]:
-            d = {k: v for k, v in c.items() if k in CALL or k in OPTIONAL_CALL}
+            d = {k: v for k, v in c.items() if k in CALL or (k in OPTIONAL_CALL and k != "start_frame")}
             if "current_start" not in d and "start_frame" in c:
                 d["current_start"] = c["start_frame"] * fsl
             d["num_frames"] = c.get("frames", c.get("num_frames"))  # a name the tests must not rely on

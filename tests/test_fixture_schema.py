@@ -88,4 +88,4 @@ def test_strip_keeps_documented_keys_only():
     info["trace"]["calls"] = [{"label": "block0.step0", "start_frame": 0, "frames": 3, "timestep": 1000.0}]
     out = strip_info(info, "causal_wan")
     assert "family" not in out and "generator" not in out and out["lora"] == {"rank": 4, "alpha": 4}
-    assert out["trace"]["calls"] == [{"label": "block0.step0", "start_frame": 0, "current_start": 0, "num_frames": 3}]
+    assert out["trace"]["calls"] == [{"label": "block0.step0", "current_start": 0, "num_frames": 3}]
