@@ -18,10 +18,9 @@ from safetensors.torch import save_file
 
 from inferix_core.errors import CheckpointLayoutError, ConfigError
 from inferix_core.models.wan.checkpoint import load_wan_checkpoint
-from tests.fixture_schema import fixture_kind
-from tests.fixture_utils import FIXTURES, read_fixture
+from tests.fixture_utils import files_of_kind, read_fixture
 
-FILES = [p for p in sorted(FIXTURES.glob("*.safetensors")) if fixture_kind(*read_fixture(p)) == "matrix_game2"]
+FILES = files_of_kind("matrix_game2")
 pytestmark = pytest.mark.skipif(not FILES, reason="no Matrix-Game 2.0 fixture in tests/fixtures")
 
 
