@@ -1,9 +1,10 @@
 """Does the token-major stream or the fused norm kernels cost the offload its transfer hiding? (issue #19)
 
-`tests/cache/test_cache_cuda.py::test_offload_transfer_hiding` measured 59.9 % of the transfers hidden with half
-the layers offloaded (it asserts ≥ 90 %) once the blocks ran their norms as Triton kernels on a token-major
-stream (docs/performance.md, "Wave 2, eighth pass"); with the q/k kernel alone it had passed. This runs that
-test's measurement with the three levers on, off, and on again in one process, and prints each outcome.
+`tests/cache/test_cache_cuda.py::test_offload_transfer_hiding` (the measurement is now
+bench/bench_offload_hiding.py) measured 59.9 % of the transfers hidden with half the layers offloaded (the target
+is ≥ 90 %) once the blocks ran their norms as Triton kernels on a token-major stream (docs/performance.md,
+"Wave 2, eighth pass"); with the q/k kernel alone it had passed. This runs that
+measurement with the three levers on, off, and on again in one process, and prints each outcome.
 
     PYTHONPATH=. python bench/offload_hiding_ab.py
 
@@ -20,19 +21,14 @@ from inferix_core.models.wan import causal_transformer as ct
 
 
 def run(levers: bool) -> str:
-    import tests.cache.test_cache_cuda as t
+    from bench.bench_offload_hiding import measure
 
     ct.CausalWanTransformer.row_major_stream = levers
     ct.AttentionBlock.fused_norms = levers
     ct.SelfAttention.fused_norm_rope = levers
-    props: dict = {}
     t0 = time.perf_counter()
-    try:
-        t.test_offload_transfer_hiding(props.__setitem__)
-        outcome = "passed"
-    except AssertionError as e:
-        outcome = f"failed: {str(e).splitlines()[0][:100]}"
-    return f"{outcome}; {props}; {time.perf_counter() - t0:.0f} s"
+    hidden = {name: round(r["hidden_pct"] or 0, 1) for name, r in measure().items()}
+    return f"hidden % {hidden} (targets: half ≥ 90, all ≥ 50); {time.perf_counter() - t0:.0f} s"
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import torch
 from safetensors import safe_open
 
 from inferix_core.pipeline import PipelineHooks
+from tests.fixture_schema import fixture_kind
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -38,6 +40,75 @@ class Recorder(PipelineHooks):
 
 def fixture_files(pattern: str) -> list[Path]:
     return sorted(FIXTURES.glob(pattern))
+
+
+@functools.cache
+def fixture_header(path: Path) -> tuple[dict, frozenset[str]]:
+    """(info, tensor names) of a fixture, without reading a tensor."""
+    with safe_open(str(path), "pt") as f:
+        return json.loads((f.metadata() or {}).get("info", "{}")), frozenset(f.keys())
+
+
+def files_of_kind(kind: str, where=None) -> list[Path]:
+    """Every tests/fixtures/*.safetensors of a schema kind (`fixture_schema.fixture_kind`), told by content;
+    `where(info, names)` narrows them (e.g. to runs with `lora.*` tensors)."""
+    out = []
+    for path in sorted(FIXTURES.glob("*.safetensors")):
+        info, names = fixture_header(path)
+        if fixture_kind(info, names) == kind and (where is None or where(info, names)):
+            out.append(path)
+    return out
+
+
+def has_lora(info: dict, names) -> bool:
+    """A LoRA run (README_families: `lora.*` tensors)."""
+    return any(k.startswith("lora.") for k in names)
+
+
+def has_switch(info: dict, names) -> bool:
+    """A prompt-switch run (README_families: `info.switch`, `text_context_switch`)."""
+    return "switch" in info or "text_context_switch" in names
+
+
+def is_self_forcing_run(info: dict, names) -> bool:
+    """A plain Self-Forcing-schema run (README.md §1): a context pass after every block, README.md's trace
+    bookkeeping, no LoRA, no prompt switch, no KV recompute, one step list for every block."""
+    p = info.get("pipeline", {})
+    return (
+        "block0.context.flow_pred" in names
+        and "local_end_after_block_layer0" in info.get("trace", {})
+        and not has_lora(info, names)
+        and not has_switch(info, names)
+        and not p.get("do_kv_recomp")
+        and not p.get("denoising_step_list_first_chunk")
+    )
+
+
+def self_forcing_runs() -> list[Path]:
+    """Every plain Self-Forcing-schema run in tests/fixtures, told by content (any file name)."""
+    return files_of_kind("causal_wan", is_self_forcing_run)
+
+
+def call_start_frame(call: dict, pipeline: dict) -> int:
+    """A `trace.calls` entry's first latent frame: `start_frame` if it says, else current_start / frame_seq_length."""
+    if call.get("start_frame") is not None:
+        return call["start_frame"]
+    return call["current_start"] // pipeline["frame_seq_length"]
+
+
+def call_frames(call: dict, tensors: dict, layout: str = "BFCHW") -> int:
+    """A `trace.calls` entry's latent frame count, from its stored input (the key's name is not in the schema)."""
+    return tensors[call["label"] + ".input"].shape[1 if layout == "BFCHW" else 2]
+
+
+def switch_prompts(info: dict, tensors) -> list[str]:
+    """Tensor names of a switch run's prompts in order: `text_context`, then `text_context_switch`,
+    `text_context_switch2`, ... (or `info.switch.prompts` where the file lists them)."""
+    listed = info.get("switch", {}).get("prompts")
+    if listed:
+        return list(listed)
+    n = len(info.get("switch", {}).get("switch_block_indices", [])) or 1
+    return ["text_context", *(f"text_context_switch{i + 1 if i else ''}" for i in range(n))]
 
 
 def read_fixture(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:

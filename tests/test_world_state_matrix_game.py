@@ -17,10 +17,10 @@ from inferix_core.cache import KVCacheConfig
 from inferix_core.errors import ConfigError
 from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.world_state import load_world_state, model_identity, save_world_state
-from tests.fixture_utils import fixture_files
+from tests.fixture_utils import files_of_kind
 from tests.matrix_game2_utils import build
 
-FILES = fixture_files("matrix_game2_*.safetensors")
+FILES = files_of_kind("matrix_game2")
 KINDS = {
     "ring": {},
     "paged": {"page_frames": 3},

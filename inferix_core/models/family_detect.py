@@ -193,6 +193,16 @@ def _config_family(cfg: Mapping) -> tuple[str, str] | None:
     return None
 
 
+def family_from_settings(settings: Mapping, model_config: Mapping | None = None) -> tuple[str, str] | None:
+    """(family, reason) from a run's settings (the authors' inference config, or a fixture's `info.pipeline`) and
+    its model config, by keys only one family's code has; None when they fit several (Self-Forcing's layout)."""
+    found = _config_family(settings)
+    window_keys = ("local_attn_size", "sink_size")
+    if found is None and model_config and "dim" in model_config and not any(k in model_config for k in window_keys):
+        return "causvid", "a CausalWanModel config without local_attn_size/sink_size (tianweiy/CausVid's class)"
+    return found
+
+
 @register_rule("config")
 def _config_beside(f: FileFacts):
     for p, cfg in _sidecars(f.path):

@@ -38,7 +38,11 @@ the weights, never from the name).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -47,6 +51,8 @@ from ..errors import ConfigError, ShapeMismatchError
 from ..scheduler import SamplingConfig
 from .wan.action_module import MatrixGameBlockInput
 from .wan.config import WanConfig
+
+log = logging.getLogger(__name__)
 
 PIXEL_FRAMES_PER_LATENT = 4  # the Wan VAE's temporal compression (action_config.vae_time_compression_ratio)
 
@@ -109,6 +115,88 @@ def detect_variant(config: WanConfig, name: str | None = None) -> MatrixGameVari
         f"Matrix-Game weights with keyboard {act.keyboard_dim_in} and mouse {act.enable_mouse} match no released "
         f"variant ({', '.join(f'{v.name}: {v.keyboard_dim}/{v.mouse}' for v in MATRIX_GAME2_VARIANTS.values())})"
     )
+
+
+# The run settings of the authors' inference yaml / model config (their names), and our field each sets.
+RUN_SETTINGS = {"denoising_step_list": "denoising_steps", "warp_denoising_step": "warp_denoising_steps",
+                "timestep_shift": "shift", "num_frame_per_block": "block_frames", "context_noise": "context_noise",
+                "num_train_timesteps": "num_train_timesteps"}  # fmt: skip
+WINDOW_SETTINGS = {"local_attn_size": "window_frames", "sink_size": "sink_frames"}
+
+
+def stored_run_settings(path: str | Path) -> tuple[dict, str]:
+    """(settings, where from) stored with a Matrix-Game file: its metadata (`info.pipeline`, `info.config`, as
+    the fixtures hold them), else the authors' config.json (window, sink) and inference yaml beside it."""
+    path = Path(path)
+    found: dict = {}
+    if path.is_file() and path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt") as f:
+                info = json.loads((f.metadata() or {}).get("info", "{}"))
+        except (ValueError, OSError):
+            info = {}
+        if isinstance(info, dict):
+            cfg = info.get("config") if isinstance(info.get("config"), dict) else {}
+            run = info.get("pipeline") if isinstance(info.get("pipeline"), dict) else {}
+            found = {k: v for k, v in {**cfg, **run}.items() if k in RUN_SETTINGS or k in WINDOW_SETTINGS}
+        if found:
+            return found, "file metadata"
+    folder = path if path.is_dir() else path.parent
+    for side in [folder / "config.json", *sorted(folder.glob("*.yaml")), *sorted(folder.glob("*.yml"))]:
+        if not side.is_file() or side.stat().st_size > 1 << 20:
+            continue
+        try:
+            if side.suffix == ".json":
+                data = json.loads(side.read_text())
+            else:
+                import yaml
+
+                data = yaml.safe_load(side.read_text())
+        except Exception as e:  # a broken side file is no evidence, but it is said
+            log.info("Matrix-Game settings: ignoring '%s' (%s)", side.name, e)
+            continue
+        if isinstance(data, dict):
+            kwargs = data.get("model_kwargs") if isinstance(data.get("model_kwargs"), dict) else {}
+            for k, v in {**kwargs, **data}.items():
+                if (k in RUN_SETTINGS or k in WINDOW_SETTINGS) and k not in found:
+                    found[k] = v
+    return found, "files beside it" if found else "nothing stored"
+
+
+def variant_with_settings(variant: MatrixGameVariant, stored: dict, source: str) -> MatrixGameVariant:
+    """`variant` with every run setting `stored` has (steps, warp, shift, block size, context timestep, window,
+    sink); the variant's released values only for the keys it lacks, and those are logged."""
+    sampling = dataclasses.replace(
+        variant.sampling,
+        **{f: (tuple(stored[k]) if k == "denoising_step_list" else stored[k]) for k, f in RUN_SETTINGS.items()
+           if k in stored},
+    )  # fmt: skip
+    window = {f: stored[k] for k, f in WINDOW_SETTINGS.items() if k in stored}
+    if "window_frames" in window and window["window_frames"] <= 0:
+        window["window_frames"] = -1
+    cache = dataclasses.replace(variant.cache, **window)
+    guessed = [k for k in (*RUN_SETTINGS, *WINDOW_SETTINGS) if k not in stored and k != "num_train_timesteps"]
+    if guessed:
+        log.info("%s: %s not stored with the weights; the released %s values apply", source, "/".join(guessed),
+                 variant.name)  # fmt: skip
+    return dataclasses.replace(variant, sampling=sampling, cache=cache)
+
+
+def resolve_variant(config: WanConfig, stored: dict, source: str) -> MatrixGameVariant:
+    """The variant of a Matrix-Game file with its stored run settings. Weights of no released variant (another
+    keyboard width or mouse branch) run only when every run setting is stored with them: nothing is guessed."""
+    try:
+        variant = detect_variant(config)
+    except ConfigError:
+        missing = [k for k in (*RUN_SETTINGS, *WINDOW_SETTINGS) if k not in stored and k != "num_train_timesteps"]
+        if missing:
+            raise
+        act = config.action_config
+        variant = _variant("custom", act.keyboard_dim_in, act.enable_mouse, (1000,), -1,
+                           tuple(f"key {i}" for i in range(act.keyboard_dim_in)), "")  # fmt: skip
+    return variant_with_settings(variant, stored, source)
 
 
 def pixel_frames(num_latent_frames: int) -> int:

@@ -24,7 +24,7 @@ from .block_swap import enable_block_swap
 from .family_detect import FamilyChoice, FileFacts, detect_family
 from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
 from .lora import LoraArg, lora_label, merge_lora_files
-from .matrix_game2 import MATRIX_GAME2_VARIANTS, detect_variant
+from .matrix_game2 import MATRIX_GAME2_VARIANTS, resolve_variant, stored_run_settings
 from .wan.causal_transformer import CausalWanTransformer
 from .wan.config import WanConfig
 
@@ -232,7 +232,7 @@ class WorldModel:
     def describe(self) -> str:
         c = self.config
         lines = [
-            f"family: {self.family} ({MATRIX_GAME2_VARIANTS[self.variant].description if self.variant else get_family(self.family).description})",
+            f"family: {self.family} ({MATRIX_GAME2_VARIANTS[self.variant].description if self.variant in MATRIX_GAME2_VARIANTS else get_family(self.family).description})",
             *([f"family chosen because: {self.family_reason}"] if self.family_reason else []),
             f"source: {self.source}",
             f"transformer: {c.num_layers} layers, dim {c.dim}, {c.num_heads} heads × {c.head_dim}, ffn {c.ffn_dim}, "
@@ -420,7 +420,8 @@ def load_world_model(
     if config.action_config is not None:  # Matrix-Game 2.0 weights (blocks.N.action_model.*, img_emb, in_dim 36)
         if choice.family != "matrix_game2":
             raise ConfigError(f"'{path}' is a Matrix-Game 2.0 model (action modules); use family 'matrix_game2'")
-        variant = detect_variant(config)
+        stored, where = stored_run_settings(path)
+        variant = resolve_variant(config, stored, f"'{Path(path).name}' ({where})")
         spec = Family(choice.family, variant.description, variant.sampling, variant.cache, fps=16)
     elif choice.family == "matrix_game2":
         raise ConfigError(f"'{path}' has no action modules (blocks.N.action_model.*): it is not a Matrix-Game 2.0 file")

@@ -22,6 +22,7 @@ from inferix_core.models.wan.checkpoint import (
 )
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.models.wan.layouts import detect_layout, from_canonical, to_canonical
+from tests.fixture_utils import files_of_kind
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 # head_dim 16: num_heads is not recoverable from shapes, so loads of metadata-free files pass it.
@@ -151,8 +152,11 @@ def test_action_embedding(tmp_path):
     assert_same(sd, state)
 
 
-def test_fixture_file():
-    path = FIXTURES / "causal_wan_tiny.safetensors"
+WEIGHT_FILES = files_of_kind("causal_wan", lambda info, names: any(k.startswith("weights.") for k in names))
+
+
+@pytest.mark.parametrize("path", WEIGHT_FILES, ids=[f.name for f in WEIGHT_FILES])
+def test_fixture_file(path):
     sd, cfg, info = load_wan_checkpoint(path)
     with safe_open(str(path), "pt") as f:
         meta = json.loads(f.metadata()["info"])["config"]

@@ -23,10 +23,10 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.models.wan.cuda_graphs import CudaGraphBackend, CudaGraphRunner, enable_cuda_graphs
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
-from tests.fixture_utils import fixture_files
+from tests.fixture_utils import self_forcing_runs
 from tests.pipeline.test_parity import FixtureNoise, build
 
-FILES = fixture_files("causal_wan_*.safetensors")
+FILES = self_forcing_runs()
 
 
 @dataclass

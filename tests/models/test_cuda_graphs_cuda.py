@@ -18,11 +18,11 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer, com
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.models.wan.cuda_graphs import enable_cuda_graphs
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
-from tests.fixture_utils import fixture_files
+from tests.fixture_utils import self_forcing_runs
 from tests.pipeline.test_parity import FixtureNoise, build
 
 pytestmark = pytest.mark.cuda
-FILES = fixture_files("causal_wan_*.safetensors")
+FILES = self_forcing_runs()
 
 
 @pytest.fixture(autouse=True)

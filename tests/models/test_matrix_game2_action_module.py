@@ -21,11 +21,11 @@ from inferix_core.models.wan.action_module import (
     action_rope_table,
     apply_action_rope,
 )
-from tests.fixture_utils import fixture_files, fixture_weights, read_fixture
+from tests.fixture_utils import files_of_kind, fixture_weights, read_fixture
 
 ATOL = 1e-4
-FILES = fixture_files("action_module_*.safetensors")
-pytestmark = pytest.mark.skipif(not FILES, reason="no action_module_*.safetensors in tests/fixtures")
+FILES = files_of_kind("action_module")
+pytestmark = pytest.mark.skipif(not FILES, reason="no ActionModule fixture in tests/fixtures")
 SUBMODULES = ("mouse_mlp", "t_qkv", "proj_mouse", "keyboard_embed", "keyboard_attn_kv", "mouse_attn_q", "proj_keyboard")
 
 
@@ -37,7 +37,8 @@ def build(path, main_sink: int = 0):
     module = ActionModule(cfg, cfg.img_hidden_size).eval()
     module.load_state_dict({k: v.clone() for k, v in fixture_weights(path, info, t).items()}, strict=True)
     call = info["call"]
-    window = KVCacheConfig(window_frames=call["cache_size_frames"], sink_frames=main_sink)
+    size = call.get("cache_size_frames", info["config"].get("local_attn_size"))  # README: config has local_attn_size
+    window = KVCacheConfig(window_frames=size, sink_frames=main_sink)
     spec = KVCacheSpec(num_layers=max(cfg.blocks) + 1, num_heads=1, head_dim=ACTION_HEAD_DIM,
                        frame_tokens=call["th"] * call["tw"], block_frames=call["num_frame_per_block"])  # fmt: skip
     caches = ActionKVCache.build(RingKVCache(window, spec), window, spec, cfg)
@@ -62,7 +63,7 @@ def run_calls(path, mutate=None, main_sink: int = 0):
         for b in range(call["num_blocks"]):
             start = n * b
             rows = 1 + 4 * (start + n - 1)
-            for c in range(call["calls_per_block"]):
+            for c in range(call.get("calls_per_block", 2)):  # README_matrix_game2 §5.2: two calls per block
                 records.clear()
                 kv.begin(start, n)
                 act = action_inputs(
@@ -75,7 +76,7 @@ def run_calls(path, mutate=None, main_sink: int = 0):
                 )
                 act = act._replace(**dict(zip(("mouse_kv", "keyboard_kv"), kv.action_views(layer), strict=True)))
                 outputs[(b, c)] = module(t[f"block{b}.call{c}.hidden_states"], act)
-                if b in call["debug_blocks"] and c == 0:
+                if b in call.get("debug_blocks", ()) and c == 0:
                     caches[("debug", b)] = dict(records)
                 ends.append([(x.attended_tokens, x.end_frame) for x in (mouse, keyboard) if x is not None])
             caches[b] = {"keyboard": keyboard.logical_kv(0), **({"mouse": mouse.logical_kv(0)} if mouse else {})}
@@ -97,13 +98,15 @@ def test_outputs_and_caches(path, main_sink):
         for name, (k, v) in caches[b].items():
             torch.testing.assert_close(k, t[f"kv_cache_{name}.after_block{b}.k"], atol=ATOL, rtol=0)
             torch.testing.assert_close(v, t[f"kv_cache_{name}.after_block{b}.v"], atol=ATOL, rtol=0)
-    tr = info["trace"]
-    kb = [e[-1] for e in ends]
-    assert [list(e) for e in kb] == tr["keyboard_local_global_end_after_call"]
-    assert keyboard.num_eviction_events == len(tr["eviction_calls_keyboard"])
+    tr = info.get("trace", {})  # the bookkeeping the generator recorded (for checking; absent keys are not)
+    ours = {"keyboard_local_global_end_after_call": [list(e[-1]) for e in ends],
+            "eviction_calls_keyboard": keyboard.num_eviction_events}  # fmt: skip
     if mouse is not None:
-        assert [list(e[0]) for e in ends] == tr["mouse_local_global_end_after_call"]
-        assert mouse.num_eviction_events == len(tr["eviction_calls_mouse"])
+        ours.update(mouse_local_global_end_after_call=[list(e[0]) for e in ends],
+                    eviction_calls_mouse=mouse.num_eviction_events)  # fmt: skip
+    for key, value in ours.items():
+        if key in tr:
+            assert value == (len(tr[key]) if key.startswith("eviction_calls") else tr[key]), key
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
@@ -111,7 +114,7 @@ def test_debug_intermediates(path):
     info, t, module, _, caches, _, _ = run_calls(path)
     n, r = info["call"]["num_frame_per_block"], module.config.vae_time_compression_ratio
     checked = 0
-    for b in info["call"]["debug_blocks"]:
+    for b in info["call"].get("debug_blocks", ()):
         rec = caches[("debug", b)]
         for name, (inp, out) in rec.items():
             ref_in, ref_out = t[f"block{b}.call0.debug.{name}.input"], t[f"block{b}.call0.debug.{name}.output"]

@@ -19,7 +19,7 @@ from inferix_core.models.matrix_game2 import MATRIX_GAME2_VARIANTS, MatrixGameCo
 from inferix_core.models.registry import load_world_model
 from inferix_core.models.wan.checkpoint import load_wan_checkpoint
 from inferix_core.pipeline import BlockDiffusionPipeline
-from tests.fixture_utils import fixture_files, read_fixture
+from tests.fixture_utils import files_of_kind, read_fixture
 
 DIM, FFN, FREQ, LAYERS, CLIP, HEADS_A, HS = 128, 96, 16, 3, 24, 2, 8  # dim 128: one 128-dim head, as Wan's
 
@@ -148,7 +148,7 @@ def test_unreleased_action_width_is_refused(tmp_path):
         load_world_model(str(path), device="cpu", dtype="fp32")
 
 
-@pytest.mark.parametrize("path", fixture_files("matrix_game2_*.safetensors"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", files_of_kind("matrix_game2"), ids=lambda p: p.name)
 def test_fixture_weights_load_with_their_metadata_config(path):
     """The loader reads the same config from the fixture's tensors as its `info` states (nested action_config)."""
     info, _ = read_fixture(path)

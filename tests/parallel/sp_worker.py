@@ -36,10 +36,10 @@ CACHE_KINDS = {
 
 def run_parity(out: dict) -> None:
     from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-    from tests.fixture_utils import fixture_files
+    from tests.fixture_utils import self_forcing_runs
     from tests.pipeline.test_parity import FixtureNoise, Recorder, build
 
-    for path in fixture_files("causal_wan_*.safetensors"):
+    for path in self_forcing_runs():
         for kind, overrides in CACHE_KINDS.items():
             info, t, model, sampling, cache_cfg = build(path)
             p = info["pipeline"]
@@ -65,10 +65,10 @@ def run_parity(out: dict) -> None:
 def run_masked(out: dict) -> None:
     """No KV cache, an explicit block-causal mask over the whole sequence (full-sequence runs)."""
     from inferix_core.models.wan.masks import block_causal_mask
-    from tests.fixture_utils import fixture_files
+    from tests.fixture_utils import self_forcing_runs
     from tests.pipeline.test_parity import build
 
-    path = fixture_files("causal_wan_*.safetensors")[0]
+    path = self_forcing_runs()[0]
     _info, t, model, sampling, _cache = build(path)
     x = t["noise"].permute(0, 2, 1, 3, 4)  # (B, C, F, H, W)
     frames = x.shape[2]

@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from tests.fixture_utils import fixture_files
+from tests.fixture_utils import self_forcing_runs
 from tests.parallel.sp_worker import CACHE_KINDS
 from tests.pipeline.test_parity import FixtureNoise, Recorder, build
 
 WORKER = Path(__file__).with_name("sp_worker.py")
 WORLD = 2
 ATOL = 1e-4
-FILES = fixture_files("causal_wan_*.safetensors")
+FILES = self_forcing_runs()
 # Two ranks start torch and run every fixture; on a busy 2-core machine that has taken over 120 s. The
 # limit only has to catch a hang (a rank stuck in a collective), so it is generous, and scalable.
 TIMEOUT_S = 600.0 * float(os.environ.get("INFERIX_TEST_TIMEOUT_SCALE", "1"))

@@ -1,6 +1,6 @@
 """Parity of the causal transformer + pipeline with the reference traces in tests/fixtures.
 
-Every `causal_wan_*.safetensors` is discovered by glob and run from its metadata alone, so a new fixture
+Every plain Self-Forcing-schema run (found by content, any name) is run from its metadata alone, so a new fixture
 with the same schema is tested with no code change.
 """
 
@@ -16,14 +16,14 @@ from inferix_core.scheduler import FlowMatchScheduler
 from tests.fixture_utils import (  # FixtureNoise, Recorder: imported from here by other tests too
     FixtureNoise,
     Recorder,
-    fixture_files,
     fixture_weights,
     read_fixture,
+    self_forcing_runs,
     settings_from_metadata,
 )
 
 ATOL = 1e-4
-FILES = fixture_files("causal_wan_*.safetensors")
+FILES = self_forcing_runs()
 
 
 def build(path):
@@ -43,8 +43,8 @@ def test_scheduler_tables(path):
     assert torch.equal(sch.sigmas, tensors["scheduler.sigmas"])
     assert torch.equal(sch.timesteps, tensors["scheduler.timesteps"])
     ts = sch.timesteps_for(p["denoising_step_list"], p["warp_denoising_step"])
-    assert torch.equal(ts, tensors["timesteps_warped"])
-    sig = sch.sigma_at(torch.cat([ts, torch.zeros(1)]))
+    assert torch.equal(ts, tensors["timesteps_warped" if p["warp_denoising_step"] else "timesteps_used"])
+    sig = sch.sigma_at(torch.cat([ts, torch.zeros(1) + p["context_noise"]]))  # the context pass's σ last
     assert torch.equal(sig, tensors["sigmas_used"])
 
 

@@ -10,8 +10,8 @@ from tests.pipeline.test_parity import FILES, FixtureNoise, build
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 5e-2), (torch.float16, 1e-2)], ids=["bf16", "fp16"])
-def test_half_precision_close_to_fp32(dtype, tol):
-    path = next(f for f in FILES if f.name == "causal_wan_tiny.safetensors")
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_half_precision_close_to_fp32(path, dtype, tol):
     info, t, model, sampling, cache = build(path)
     p = info["pipeline"]
     B, _, _, H, W = p["latent_shape"]

@@ -14,9 +14,9 @@ import torch
 
 from inferix_core.errors import ConfigError
 from inferix_core.scheduler import FlowMatchScheduler
-from tests.fixture_utils import fixture_files, read_fixture
+from tests.fixture_utils import read_fixture, self_forcing_runs
 
-FILES = fixture_files("causal_wan_*.safetensors")
+FILES = self_forcing_runs()
 
 
 def _scheduler(info) -> FlowMatchScheduler:
@@ -32,7 +32,7 @@ def test_step_reproduces_reference_bitwise(path):
     p = info["pipeline"]
     sch = _scheduler(info)
     steps = len(p["denoising_step_list"])
-    assert torch.equal(sch.step_timesteps, t["timesteps_warped"])
+    assert torch.equal(sch.step_timesteps, t["timesteps_warped" if p["warp_denoising_step"] else "timesteps_used"])
     for b in range(p["num_blocks"]):
         for s in range(steps):
             drawn = []

@@ -30,8 +30,23 @@ def test_offload_encodes_on_the_gpu_and_moves_back():
 
     expected = Encoder(model).encode(["a", "b"])
     placed = PlacedTextEncoder(Encoder(model), "offload", "cuda")
-    before = torch.cuda.memory_allocated()
+    before = _allocated_by_tensors()
     out = placed.encode(["a", "b"])
     assert out.device.type == "cuda" and placed.device.type == "cpu"
     torch.testing.assert_close(out.cpu(), expected, atol=1e-4, rtol=1e-4)
-    assert torch.cuda.memory_allocated() - before <= out.nbytes + 2**20  # only the embedding stays
+    assert _allocated_by_tensors() - before <= out.nbytes + 2**20  # only the embedding stays
+
+
+def _allocated_by_tensors() -> int:
+    """Bytes allocated on the GPU by tensors, not by cuBLAS: the first GPU matmul makes cuBLAS(Lt) take a
+    workspace from the caching allocator (32 MiB per handle and stream on Hopper) that stays for the process,
+    which memory_allocated() counts. A warm-up matmul allocates it before the baseline, and the workspaces are
+    released before each reading, so a real leak (weights or activations left behind) is all that remains."""
+    a = torch.ones(64, 64, device="cuda")
+    (a @ a).sum().item()  # the workspace exists before any reading, cleared or not
+    del a
+    torch.cuda.synchronize()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    return torch.cuda.memory_allocated()

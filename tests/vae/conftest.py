@@ -1,4 +1,4 @@
-"""Shared VAE fixtures: every `tests/fixtures/wan_vae_*.safetensors`, loaded once per session."""
+"""Shared VAE fixtures: every Wan 2.1 VAE fixture in tests/fixtures (told by content), loaded once per session."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from inferix_core.vae import WanVAE
+from tests.fixture_utils import files_of_kind
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("wan_vae_*.safetensors"))
+FIXTURES = files_of_kind("wan_vae")
 
 
 class VAEFixture:

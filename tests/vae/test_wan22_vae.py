@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from inferix_core.errors import CheckpointLayoutError, ConfigError, ShapeMismatchError
 from inferix_core.vae import WAN22_LATENT_MEAN, WAN22_LATENT_STD, VAEDecodeOptions, Wan22VAE, Wan22VAEConfig, WanVAE
+from tests.fixture_utils import files_of_kind
 
 FIXTURE_DIR = Path(__file__).parents[1] / "fixtures"
 FIXTURES = sorted(FIXTURE_DIR.glob("wan22_vae*.safetensors"))
@@ -184,7 +185,7 @@ def test_checkpoint_layouts(fx, layout, tmp_path):
 
 
 def test_wan21_weights_still_load_as_wan21():
-    for path in sorted(FIXTURE_DIR.glob("wan_vae_*.safetensors")):
+    for path in files_of_kind("wan_vae"):
         vae = WanVAE.from_file(path)
         assert type(vae) is WanVAE and vae.config.spatial_compression == 8
 

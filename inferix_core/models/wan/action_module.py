@@ -400,3 +400,43 @@ def infer_action_config(shapes: dict, dim: int) -> ActionConfig | None:
         vae_time_compression_ratio=r, windows_size=rows // r, qk_norm=p + "key_attn_q_norm.weight" in shapes,
         qkv_bias=p + "mouse_attn_q.bias" in shapes,
     )  # fmt: skip
+
+
+# Keys the weights cannot tell (the RoPE split and theta, the VAE's temporal ratio, carried extras), and the
+# released configs' values (universal, gta_drive and templerun agree) used only where a config lacks them.
+NOT_IN_WEIGHTS = {"mouse_qk_dim_list": (8, 28, 28), "rope_theta": 256, "vae_time_compression_ratio": 4,
+                  "rope_dim_list": (8, 28, 28), "patch_size": (1, 2, 2)}  # fmt: skip
+
+
+def resolve_action_config(inferred: ActionConfig, stored: dict | None, source: str) -> ActionConfig:
+    """The action config of a checkpoint: shapes for what they tell, the stored `action_config` for the rest.
+
+    `inferred` comes from the weights (`infer_action_config`), which cannot tell the RoPE split, theta or the
+    temporal ratio; `stored` is the file's own `action_config` (its metadata or the config.json beside it), or
+    None. Every key the stored config has wins for those; the window follows from the weights' row count and
+    the stored ratio. A key no config gives keeps the released value, and what was guessed is logged.
+    """
+    stored = dict(stored or {})
+    rows = inferred.window_rows  # the keyboard_attn_kv input tells r · windows_size, not the two apart
+    values = {k: stored.get(k, default) for k, default in NOT_IN_WEIGHTS.items()}
+    r = int(values["vae_time_compression_ratio"])
+    if rows % r:
+        raise ConfigError(f"{source}: {rows} action rows per latent frame are no multiple of the ratio {r}")
+    windows = int(stored.get("windows_size", rows // r))
+    if windows * r != rows:
+        raise ConfigError(
+            f"{source}: action_config windows_size {windows} × ratio {r} ≠ the {rows} rows its weights take"
+        )
+    guessed = sorted(k for k in NOT_IN_WEIGHTS if k not in stored)
+    if guessed and not {"mouse_qk_dim_list", "rope_theta"}.isdisjoint(guessed):
+        log.warning(
+            "%s: no %s in its config; using the released Matrix-Game 2.0 values %s",
+            source,
+            "/".join(guessed),
+            ", ".join(
+                f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in NOT_IN_WEIGHTS.items() if k in guessed
+            ),
+        )
+    elif guessed:
+        log.info("%s: %s not in its config; the released values apply", source, "/".join(guessed))
+    return dataclasses.replace(inferred, windows_size=windows, **values)

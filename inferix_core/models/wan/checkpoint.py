@@ -8,6 +8,7 @@ a module; key maps live in layouts.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ...errors import CheckpointLayoutError
+from .action_module import resolve_action_config
 from .config import WanConfig
 from .layouts import (
     CONTAINER_KEYS,
@@ -116,6 +118,23 @@ def _metadata_config(metadata: Mapping[str, str]) -> dict | None:
     return cfg if isinstance(cfg, dict) and "dim" in cfg else None
 
 
+def stored_model_config(path: Path, metadata: Mapping[str, str], dim: int) -> tuple[dict | None, str]:
+    """(the model config stored with the weights, where from): the file's metadata, else a config.json beside it
+    that describes this transformer (its `dim` equals the weights'), else (None, "no config")."""
+    cfg = _metadata_config(metadata)
+    if cfg is not None:
+        return cfg, "file metadata"
+    beside = weights_folder(path) / "config.json"
+    if beside.is_file():
+        try:
+            cfg = json.loads(beside.read_text())
+        except ValueError:
+            cfg = None
+        if isinstance(cfg, dict) and cfg.get("dim") == dim:
+            return cfg, "config.json"
+    return None, "no config"
+
+
 def _num_heads_hint(path: Path, metadata: Mapping[str, str], dim: int) -> tuple[int | None, int | None, str]:
     """(num_heads, text_len, where from) from the file's metadata or a config.json beside it.
 
@@ -208,6 +227,10 @@ def _read_config(path: Path, src: TensorSource, num_heads: int | None, allow_i2v
             f"{name} is a first-last-frame-to-video (flf2v) Wan model (img_emb.emb_pos: two start images); only "
             "single-image Wan 2.1 I2V (and T2V) weights run here. Pass allow_i2v=True to read the weights anyway."
         )
+    if config.action_config is not None:  # Matrix-Game: the RoPE split/theta and the ratio are not in the shapes
+        stored, where = stored_model_config(path, src.metadata, config.dim)
+        act = resolve_action_config(config.action_config, (stored or {}).get("action_config"), f"{name} ({where})")
+        config = dataclasses.replace(config, action_config=act)
     _check_metadata_config(config, src.metadata, name)
     check_wan_shapes(shapes, config, name)
     return plan, layout, shapes, config, heads_from
