@@ -148,7 +148,7 @@ def _metadata_family(f: FileFacts):
 # --- 3. a config beside the file -------------------------------------------------------------------
 
 
-def _sidecars(path: Path) -> list[tuple[Path, dict]]:
+def sidecar_configs(path: Path, what: str = "family detection") -> list[tuple[Path, dict]]:
     """config.json / *.yaml beside the weights (small files only), parsed; unreadable ones are skipped with a log."""
     folder = path if path.is_dir() else path.parent
     out: list[tuple[Path, dict]] = []
@@ -164,7 +164,7 @@ def _sidecars(path: Path) -> list[tuple[Path, dict]]:
 
                 data = yaml.safe_load(p.read_text())
         except Exception as e:  # a broken side file is no evidence, but it is said
-            log.info("family detection: ignoring '%s' (%s)", p.name, str(e).splitlines()[0] if str(e) else e)
+            log.info("%s: ignoring '%s' (%s)", what, p.name, str(e).splitlines()[0] if str(e) else e)
             continue
         if isinstance(data, dict):
             out.append((p, data))
@@ -205,7 +205,7 @@ def family_from_settings(settings: Mapping, model_config: Mapping | None = None)
 
 @register_rule("config")
 def _config_beside(f: FileFacts):
-    for p, cfg in _sidecars(f.path):
+    for p, cfg in sidecar_configs(f.path):
         found = _config_family(cfg)
         if found is not None:
             return found[0], f"'{p.name}' beside it has {found[1]}"

@@ -49,6 +49,7 @@ import torch
 from ..cache import KVCacheConfig
 from ..errors import ConfigError, ShapeMismatchError
 from ..scheduler import SamplingConfig
+from .family_detect import sidecar_configs
 from .wan.action_module import MatrixGameBlockInput
 from .wan.config import WanConfig
 
@@ -143,25 +144,11 @@ def stored_run_settings(path: str | Path) -> tuple[dict, str]:
             found = {k: v for k, v in {**cfg, **run}.items() if k in RUN_SETTINGS or k in WINDOW_SETTINGS}
         if found:
             return found, "file metadata"
-    folder = path if path.is_dir() else path.parent
-    for side in [folder / "config.json", *sorted(folder.glob("*.yaml")), *sorted(folder.glob("*.yml"))]:
-        if not side.is_file() or side.stat().st_size > 1 << 20:
-            continue
-        try:
-            if side.suffix == ".json":
-                data = json.loads(side.read_text())
-            else:
-                import yaml
-
-                data = yaml.safe_load(side.read_text())
-        except Exception as e:  # a broken side file is no evidence, but it is said
-            log.info("Matrix-Game settings: ignoring '%s' (%s)", side.name, e)
-            continue
-        if isinstance(data, dict):
-            kwargs = data.get("model_kwargs") if isinstance(data.get("model_kwargs"), dict) else {}
-            for k, v in {**kwargs, **data}.items():
-                if (k in RUN_SETTINGS or k in WINDOW_SETTINGS) and k not in found:
-                    found[k] = v
+    for _side, data in sidecar_configs(path, "Matrix-Game settings"):  # config.json / *.yaml beside the weights
+        kwargs = data.get("model_kwargs") if isinstance(data.get("model_kwargs"), dict) else {}
+        for k, v in {**kwargs, **data}.items():
+            if (k in RUN_SETTINGS or k in WINDOW_SETTINGS) and k not in found:
+                found[k] = v
     return found, "files beside it" if found else "nothing stored"
 
 
