@@ -58,7 +58,13 @@ def test_bfloat16_decode_runs_close(vae_fixture):
     z = vae_fixture.tensors["z"][:, :, :2]
     out = vae.decode(z, latent_frames_per_step=None)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
-    torch.testing.assert_close(out.float(), vae_fixture.decoded[:, :, :5], atol=0.05, rtol=0)
+    ref = vae_fixture.decoded[:, :, :5]
+    # bf16 keeps 8 significant bits (eps 2**-7): every conv/norm of the decoder rounds its output at about eps
+    # of the activations' scale, and the rounding errors add up through the residual stacks and the upsamplers
+    # (~15 eps of the output's scale measured on the tiny fixtures). The tolerance follows the fixture's own
+    # scale, so a re-drawn fixture (another width, range or size) needs no new constant: 24 eps of max|ref|.
+    atol = 24 * torch.finfo(torch.bfloat16).eps * ref.abs().max().item()
+    torch.testing.assert_close(out.float(), ref, atol=atol, rtol=0)
 
 
 def test_frame_rule(vae_fixture):
