@@ -210,9 +210,12 @@ def test_cuda_bf16_options_agree_with_reference(vae_fixture, name):
     out = _stream(vae, z.cuda(), options)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     out = out.float().cpu()
-    # two bf16 computations in different orders: close overall; single pixels may differ by a few bf16
-    # steps (seen on the H200: 3 of 387k values by 0.07); the accuracy bounds are against fp32 below
-    assert ((out - reference).norm() / reference.norm()).item() < 3e-2  # seen: 1.2e-2 to 1.4e-2
+    # two bf16 computations in different orders: each is about its own bf16 rounding away from fp32, so they
+    # differ overall by at most about twice the reference's distance to fp32 (the bound is the case's own scale,
+    # not a number: a smaller fixture rounds relatively more; seen 0.030 against the fp32 distance of this one);
+    # single pixels may differ by a few bf16 steps, so the per-pixel bounds are against fp32 below
+    own = (reference - exact).norm()
+    assert own > 0 and (out - reference).norm() <= 2.5 * own, ((out - reference).norm(), own)
     err, ref_err = (out - exact).abs(), (reference - exact).abs()
     assert err.mean() <= 1.5 * ref_err.mean() + 1e-3, (err.mean(), ref_err.mean())
     assert err.max() <= 2 * ref_err.max() + 1e-2, (err.max(), ref_err.max())
