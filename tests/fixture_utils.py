@@ -178,3 +178,11 @@ TINY_LOADER_INPUTS = dict(
 def tiny_loader_inputs(**overrides) -> dict:
     """A fresh copy of TINY_LOADER_INPUTS with `overrides` (e.g. fp8=True, device="auto")."""
     return {**TINY_LOADER_INPUTS, **overrides}
+
+
+def tiny_conditioning(seed: int, tokens: int = 16) -> torch.Tensor:
+    """A seeded random prompt embedding (1, tokens, text_dim) for the tiny loader's model, its width read from the
+    fixture's `config.text_dim` (never assumed: fixtures of other sizes are dropped in)."""
+    with safe_open(str(FIXTURES / TINY_LOADER_INPUTS["model"]), "pt") as f:
+        text_dim = int(json.loads(f.metadata()["info"])["config"]["text_dim"])
+    return torch.randn(1, tokens, text_dim, generator=torch.Generator().manual_seed(seed))

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from inferix_core.errors import ConfigError
-from tests.fixture_utils import tiny_loader_inputs
+from tests.fixture_utils import tiny_conditioning, tiny_loader_inputs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 COMFY_KEYS = Path(__file__).with_name("comfy_wan21_vae_keys.json")
@@ -130,7 +130,7 @@ def test_core_vae_equals_the_world_models_vae(node_classes, world_model):
 
 
 def test_block_denoise_latent_is_vae_space(node_classes, world_model, output_dir):
-    cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0)), {}]]
+    cond = [[tiny_conditioning(0), {}]]
     latent, image, video, _core_video, _world = node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
         world_model=world_model,
         prompt="",

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixture_utils import tiny_loader_inputs
+from tests.fixture_utils import tiny_conditioning, tiny_loader_inputs
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows" / "api"
 QUICKSTART_UI = next((WORKFLOWS.parents[1] / "example_workflows").glob("Inferix Quickstart*.json"))
 
 
 class FixtureConditioning:
-    """A V1 test node: a seeded random CONDITIONING for the tiny model (text_dim 32, 16 tokens)."""
+    """A V1 test node: a seeded random CONDITIONING for the tiny model (its text_dim from the fixture, 16 tokens)."""
 
     RETURN_TYPES = ("CONDITIONING",)
     FUNCTION = "run"
@@ -27,8 +27,7 @@ class FixtureConditioning:
         return {"required": {"seed": ("INT", {"default": 0, "min": 0, "max": 100})}}
 
     def run(self, seed):
-        g = torch.Generator().manual_seed(seed)
-        return ([[torch.randn(1, 16, 32, generator=g), {}]],)
+        return ([[tiny_conditioning(seed), {}]],)
 
 
 def tiny_workflow() -> dict:
@@ -134,7 +133,7 @@ def test_block_denoise_never_mutates_inputs_and_repeats(node_classes, models_dir
     load = node_classes["InferixLoadWorldModel"]
     denoise = node_classes["InferixBlockDenoise"]
     (world_model,) = load().EXECUTE_NORMALIZED(**tiny_loader_inputs())["result"]
-    cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1)), {"keep": 1}]]
+    cond = [[tiny_conditioning(1), {"keep": 1}]]
     kv = node_classes["InferixKVCacheConfig"]().EXECUTE_NORMALIZED(
         window_frames=6, sink_frames=1, page_frames=0, offload="off", gpu_budget_gb=0.0, quantization="none"
     )["result"][0]
@@ -169,7 +168,7 @@ def test_prompt_schedule_past_the_end_fails_clearly(node_classes, models_dir, ou
 
     (world_model,) = node_classes["InferixLoadWorldModel"]().EXECUTE_NORMALIZED(**tiny_loader_inputs())["result"]
     (schedule,) = node_classes["InferixPromptSchedule"]().EXECUTE_NORMALIZED(schedule="0 | a\n60 | b")
-    cond = torch.randn(1, 16, 32)
+    cond = tiny_conditioning(7)
     with pytest.raises(ConfigError, match="starts after the video ends"):
         node_classes["InferixBlockDenoise"]().EXECUTE_NORMALIZED(
             world_model=world_model,

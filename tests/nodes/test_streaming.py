@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from inferix_core.errors import GenerationInterruptedError
-from tests.fixture_utils import tiny_loader_inputs
+from tests.fixture_utils import tiny_conditioning, tiny_loader_inputs
 
 LOADER = tiny_loader_inputs()
 
@@ -19,7 +19,7 @@ def world_model(node_classes, models_dir):
 
 
 def denoise_args(world_model, **extra):
-    cond = [[torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0)), {}]]
+    cond = [[tiny_conditioning(0), {}]]
     args = dict(
         world_model=world_model,
         prompt="",
