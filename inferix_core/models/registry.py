@@ -21,8 +21,19 @@ from ..errors import CacheBudgetError, ConfigError, MissingFileError
 from ..scheduler import SamplingConfig
 from ..tensors import prefer_expandable_segments
 from .block_swap import enable_block_swap
+from .components import (
+    build_transformer,
+    check_latent_channels,
+    load_preview,
+    load_text_encoder,
+    load_vae,
+    loader_vae_decode_options,
+    loader_vae_stream_slicing,
+    set_attention_backend,
+)
+from .families import FAMILIES, RECACHE_STYLE_BY_FAMILY, Family, get_family, list_families
 from .family_detect import FamilyChoice, FileFacts, detect_family
-from .fp8 import FP8_DTYPE, FP8WeightLinear, count_fp8_linears, quantize_linears_fp8
+from .fp8 import count_fp8_linears, quantize_linears_fp8
 from .lora import LoraArg, lora_label, merge_lora_files
 from .matrix_game2 import MATRIX_GAME2_VARIANTS, resolve_variant, stored_run_settings
 from .wan.causal_transformer import CausalWanTransformer
@@ -30,159 +41,29 @@ from .wan.config import WanConfig
 
 log = logging.getLogger(__name__)
 
+__all__ = [  # the loading API; the family table (families.py) and the components (components.py) re-exported
+    "FAMILIES",
+    "RECACHE_STYLE_BY_FAMILY",
+    "WEIGHTS_CHOICES",
+    "Family",
+    "WorldModel",
+    "build_transformer",
+    "get_family",
+    "list_families",
+    "load_text_encoder",
+    "load_vae",
+    "load_world_model",
+    "loader_vae_decode_options",
+    "loader_vae_stream_slicing",
+    "maybe_compile",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_family",
+    "set_attention_backend",
+]
+
 WEIGHTS_CHOICES = ("auto", "ema", "generator")
 _CONTAINER = {"ema": "generator_ema", "generator": "generator"}
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    description: str
-    sampling: SamplingConfig
-    cache: KVCacheConfig
-    fps: int = 16
-    # which dict of a training checkpoint the authors' inference loads (weights="auto"): "ema" or "generator"
-    weights: str = "ema"
-    reference: str = ""  # repo@commit file(s) the settings come from (docs/models.md has the details)
-
-
-_SF_STEPS = (1000, 750, 500, 250)
-
-FAMILIES: dict[str, Family] = {
-    "self_forcing": Family(
-        "self_forcing",
-        "Self-Forcing (Wan 2.1 T2V 1.3B, 4 steps per 3-frame block, global attention)",
-        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
-        KVCacheConfig(),
-        weights="ema",
-        reference="guandeh17/Self-Forcing@33593df configs/self_forcing_dmd.yaml, README (--use_ema)",
-    ),
-    "longlive": Family(
-        "longlive",
-        "LongLive (Self-Forcing lineage tuned for long streams: 12-frame window with a 3-frame sink)",
-        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
-        KVCacheConfig(window_frames=12, sink_frames=3),
-        weights="generator",
-        reference="NVlabs/LongLive@e52d9ef (v1.0) configs/longlive_inference.yaml (use_ema: false)",
-    ),
-    "longlive2": Family(
-        "longlive2",
-        "LongLive 2.0 (Wan 2.2 TI2V-5B, 704x1280: UniPC 4 steps per 8-frame block, 32-frame window with an "
-        "8-frame sink; image start by a clean first latent; shots: pinned shot sinks and RoPE offset, docs/wan22.md)",
-        SamplingConfig(
-            (999, 937, 833, 624),
-            warp_denoising_steps=False,
-            shift=5.0,
-            block_frames=8,
-            solver="unipc",
-            shot_sinks=True,
-            shot_rope_offset=8.0,
-        ),
-        KVCacheConfig(window_frames=32, sink_frames=8),
-        fps=24,
-        weights="generator",  # use_ema: false
-        reference="NVlabs/LongLive@7860ad9 (main) configs/inference.yaml, pipeline/causal_diffusion_inference.py",
-    ),
-    "causvid": Family(
-        "causvid",
-        "CausVid (3-step DMD causal Wan, shift 8; step list from the authors' DMD config, not warped)",
-        SamplingConfig((1000, 757, 522), warp_denoising_steps=False, shift=8.0, block_frames=3),
-        KVCacheConfig(),
-        weights="generator",
-        reference="tianweiy/CausVid@ca21150 configs/wan_causal_dmd.yaml, causvid/models/wan/wan_wrapper.py",
-    ),
-    "causal_forcing_chunkwise": Family(
-        "causal_forcing_chunkwise",
-        "Causal-Forcing chunk-wise (4 steps per 3-frame block, global attention)",
-        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
-        KVCacheConfig(),
-        weights="generator",  # README: the chunk-wise command has no --use_ema
-        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_chunkwise.yaml, README",
-    ),
-    "causal_forcing_framewise": Family(
-        "causal_forcing_framewise",
-        "Causal-Forcing frame-wise (4 steps per 1-frame block, global attention)",
-        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=1),
-        KVCacheConfig(),
-        weights="ema",  # README: --use_ema
-        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_framewise.yaml, README",
-    ),
-    "causal_forcing_framewise_2step": Family(
-        "causal_forcing_framewise_2step",
-        "Causal-Forcing++ frame-wise 2-step (block 0 with 4 steps, then 2 steps per 1-frame block)",
-        SamplingConfig(
-            (1000, 500), warp_denoising_steps=True, shift=5.0, block_frames=1, first_block_denoising_steps=_SF_STEPS
-        ),
-        KVCacheConfig(),
-        weights="ema",
-        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_framewise_2step.yaml, README",
-    ),
-    "causal_forcing_framewise_1step": Family(
-        "causal_forcing_framewise_1step",
-        "Causal-Forcing++ frame-wise 1-step (block 0 with 4 steps, then 1 step per 1-frame block)",
-        SamplingConfig(
-            (1000,), warp_denoising_steps=True, shift=5.0, block_frames=1, first_block_denoising_steps=_SF_STEPS
-        ),
-        KVCacheConfig(),
-        weights="ema",
-        reference="thu-ml/Causal-Forcing@1fc7bbc configs/causal_forcing_dmd_framewise_1step.yaml, README",
-    ),
-    "krea": Family(
-        "krea",
-        "Krea Realtime 14B (Wan 2.1 14B Self-Forcing distill; 5 steps, KV cache rebuilt from 3 clean frames per block)",
-        SamplingConfig(
-            (1000, 750, 500, 250, 0),
-            warp_denoising_steps=True,
-            shift=5.0,
-            block_frames=3,
-            kv_recompute_frames=3,
-            keep_first_frame=False,  # GenerateParams' default: the first context frame re-encoded from pixels
-        ),
-        KVCacheConfig(),
-        weights="generator",  # a flat safetensors file: there is only one set of weights
-        reference="krea-ai/realtime-video@acf4b7b release_server.py (GenerateParams, recompute_kv_cache, "
-        "get_clean_context_frames), v2v.py",
-    ),
-    "matrix_game2": Family(  # variant (universal / gta_drive / templerun) from the weights: models/matrix_game2.py
-        "matrix_game2",
-        "Matrix-Game 2.0 (image-started causal Wan 2.1 1.3B driven by keyboard and mouse)",
-        MATRIX_GAME2_VARIANTS["universal"].sampling,
-        MATRIX_GAME2_VARIANTS["universal"].cache,
-    ),
-    "wan21_i2v": Family(  # plain Wan 2.1 I2V weights (Wan-AI/Wan2.1-I2V-14B-480P/-720P, ComfyUI repacks)
-        "wan21_i2v",
-        "Wan 2.1 I2V (text prompt + start image + CLIP vision; causal blocks with Self-Forcing's 4 warped steps. The "
-        "released 14B I2V files are bidirectional 40-step models: run causally they need a causal distillation to look "
-        "right, see docs/models.md)",
-        SamplingConfig(_SF_STEPS, warp_denoising_steps=True, shift=5.0, block_frames=3),
-        KVCacheConfig(),
-        weights="generator",  # flat safetensors files: one set of weights
-        reference="Wan-Video/Wan2.1 wan/modules/model.py (WanI2VCrossAttention) as copied in guandeh17/Self-Forcing@33593df",
-    ),
-    "bundled": Family(
-        "bundled",
-        "Inferix bundled toy world model (action-conditioned, CPU-sized)",
-        SamplingConfig(),
-        KVCacheConfig(),
-    ),
-}
-
-
-# What a prompt switch does with the cached K/V, by family. "window": LongLive's KV re-cache (NVlabs/LongLive
-# v1.0 pipeline/interactive_causal_inference.py `_recache_after_switch`, global sink), in interactive sessions
-# and prompt schedules alike (`BlockDiffusionPipeline.recache_window`). Families not named: an interactive
-# session re-caches block by block ("blocks", inferix_core/session.py), a prompt schedule switches hard.
-RECACHE_STYLE_BY_FAMILY = {"longlive": "window"}
-
-
-def list_families() -> list[str]:
-    return list(FAMILIES)
-
-
-def get_family(name: str) -> Family:
-    if name not in FAMILIES:
-        raise ConfigError(f"unknown model family '{name}'; expected one of {list_families()}")
-    return FAMILIES[name]
 
 
 @dataclass(frozen=True)
@@ -441,8 +322,8 @@ def load_world_model(
             decode_slicing.describe(spec.sampling.block_frames),
         )
         vae.stream_slicing = decode_slicing  # less memory per block
-    _check_latent_channels(config, vae, vae_path)
-    preview = _load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
+    check_latent_channels(config, vae, vae_path)
+    preview = load_preview(preview_decoder_path, vae, dev, dt) if preview_decoder_path else None
     if text_encoder_placement not in ("device", "cpu", "offload"):
         raise ConfigError(f"text_encoder_placement must be device, cpu or offload, not '{text_encoder_placement}'")
     text = (
@@ -511,64 +392,11 @@ def maybe_compile(model: WorldModel, compile: bool) -> WorldModel:
     return model
 
 
-def loader_vae_decode_options(device: torch.device | str, compile: bool = False):
-    """The Wan VAE decode options `load_world_model` gives a VAE on `device` (the benchmark uses the same).
-
-    On CUDA `VAEDecodeOptions.fast()`, compiled too with compile=True; on the CPU None (the reference path).
-    """
-    from ..vae.config import VAEDecodeOptions
-
-    return VAEDecodeOptions.fast(compile=compile) if torch.device(device).type == "cuda" else None
-
-
-def loader_vae_stream_slicing(vae, device: torch.device | str):
-    """How `load_world_model` has a VAE split its streamed decode (the benchmark uses the same).
-
-    On CUDA a Wan 2.1 VAE decodes one latent frame per call with the previous state released
-    (`vae.memory.CUDA_STREAM_SLICING`): the same frames, 1 % slower end to end and 3.75 GiB less at 480×832
-    (docs/performance.md). Elsewhere, and for the Wan 2.2 VAE, the VAE's own.
-    """
-    from ..vae import WanVAE
-    from ..vae.memory import CUDA_STREAM_SLICING
-
-    if torch.device(device).type == "cuda" and type(vae) is WanVAE:
-        return CUDA_STREAM_SLICING
-    return vae.stream_slicing
-
-
 def _maybe_cuda_graphs(model: WorldModel, cuda_graphs: bool) -> WorldModel:
     if cuda_graphs:
         from .wan.cuda_graphs import enable_cuda_graphs
 
         enable_cuda_graphs(model.transformer)  # logs why not where it cannot (CPU, block swap)
-    return model
-
-
-def build_transformer(
-    config: WanConfig,
-    state: dict,
-    device,
-    dtype,
-    attention: str,
-    resident_blocks: int | None = None,
-    fp8: bool = False,
-    fp8_weights: bool = False,
-) -> CausalWanTransformer:
-    with torch.device("meta"):
-        model = CausalWanTransformer(config)
-    if fp8_weights:
-        _use_stored_fp8(model, state, dtype)
-    model.load_state_dict(state, strict=True, assign=True)
-    if fp8_weights:  # block linears not stored in fp8 are quantized now (on the host, before any move)
-        quantize_linears_fp8(model, weight_only=True)
-    if resident_blocks is not None and resident_blocks < config.num_layers:
-        # swapped blocks go to pinned host memory before anything moves, so the device never holds them all
-        model = model.to(dtype=dtype).eval().requires_grad_(False)
-        if fp8:  # quantize on the host, so the streamed blocks are fp8 too (half the bytes per copy)
-            quantize_linears_fp8(model)
-        enable_block_swap(model, resident_blocks, device)
-    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
-    set_attention_backend(model, attention)
     return model
 
 
@@ -620,89 +448,6 @@ def _planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_pat
     log.info("memory plan for a %.1f GiB budget:\n%s", budget / 2**30, memory_plan.describe())
     slicing = memory_plan.decode.slicing if memory_plan.decode is not None else None
     return (None if resident >= config.num_layers else resident), slicing, placement
-
-
-def _use_stored_fp8(model: torch.nn.Module, state: dict, dtype: torch.dtype) -> None:
-    """Turn the block linears whose stored weight is e4m3 into `FP8WeightLinear`s holding it as is.
-
-    The state's `<layer>.scale_weight` becomes the layer's `weight_scale`; e4m3 weights outside the
-    blocks (rare) are dequantized to `dtype` as the loader would have done.
-    """
-    kept = 0
-    for key in [k for k, t in state.items() if k.endswith(".weight") and t.dtype == FP8_DTYPE]:
-        name = key.removesuffix(".weight")
-        scale = state.pop(f"{name}.scale_weight", None)
-        module = model.get_submodule(name)
-        if not (isinstance(module, torch.nn.Linear) and name.startswith("blocks.")):
-            state[key] = (state[key].float() * (1.0 if scale is None else scale.float())).to(dtype)
-            continue
-        layer = FP8WeightLinear.from_stored(state[key], scale, state.get(f"{name}.bias"))
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, layer)
-        state[f"{name}.weight_scale"] = layer.weight_scale
-        kept += 1
-    for key in [k for k in state if k.endswith(".scale_weight")]:  # scales of non-fp8 weights were applied
-        state.pop(key)
-    log.info("fp8 weights: %d block linears keep their stored e4m3 values", kept)
-
-
-def set_attention_backend(model: torch.nn.Module, name: str) -> None:
-    """Point every attention layer at the named backend (unknown names raise)."""
-    from ..attention import get_attention_backend
-
-    backend = get_attention_backend(name)
-    for module in model.modules():
-        if hasattr(module, "attend"):
-            module.attend = backend.attend
-
-
-def load_vae(path: str, device, dtype):
-    """The Wan VAE; on CUDA it decodes with `VAEDecodeOptions.fast()`.
-
-    Why the fast options by default on the GPU: 1.28× faster streamed decode on an H200 (157.6 vs
-    201.2 ms per 12-frame block, docs/performance.md) with bf16-level differences only, no less
-    accurate against fp32 (tests/vae/test_decode_options.py). On the CPU the reference path stays.
-    """
-    from ..vae import WanVAE
-
-    vae = WanVAE.from_file(path, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
-    vae.decode_options = loader_vae_decode_options(device)
-    vae.stream_slicing = loader_vae_stream_slicing(vae, device)
-    return vae
-
-
-def _check_latent_channels(config: WanConfig, vae, vae_path: str | None) -> None:
-    """The transformer and the VAE must share a latent space: 16 channels (Wan 2.1) or 48 (Wan 2.2 TI2V-5B)."""
-    z = getattr(getattr(vae, "config", None), "z_dim", None)
-    if z is not None and z != config.out_dim:  # out_dim: image-started models take more input channels (I2V: 36)
-        want = (
-            "a Wan 2.2 VAE (wan2.2_vae.safetensors)"
-            if config.out_dim == 48
-            else "a Wan 2.1 VAE (wan_2.1_vae.safetensors)"
-        )
-        raise ConfigError(
-            f"the transformer makes {config.out_dim} latent channels but the VAE '{Path(vae_path).name}' has {z}; "
-            f"use {want}"
-        )
-
-
-def _load_preview(path: str, full_vae, device, dtype):
-    from ..vae.taehv import load_preview_decoder
-
-    # falls back to the full VAE, with a log line, when the file is absent
-    return load_preview_decoder(path, full_vae, device=device, dtype=dtype if device.type == "cuda" else torch.float32)
-
-
-def load_text_encoder(path: str, text_len: int, device, dtype, placement: str = "device"):
-    from ..text.placement import PlacedTextEncoder
-    from ..text.umt5 import PromptCache, UMT5TextEncoder
-
-    runs_on = device if placement != "cpu" else torch.device("cpu")
-    load_to = device if placement == "device" else torch.device("cpu")  # never all of it on the GPU otherwise
-    encoder = UMT5TextEncoder.load(
-        path, text_len=text_len, device=load_to, dtype=dtype if runs_on.type == "cuda" else torch.float32
-    )
-    return PromptCache(PlacedTextEncoder(encoder, placement, device))  # re-encoding an earlier prompt costs nothing
 
 
 def _load_bundled(
