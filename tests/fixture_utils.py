@@ -96,9 +96,23 @@ def call_start_frame(call: dict, pipeline: dict) -> int:
     return call["current_start"] // pipeline["frame_seq_length"]
 
 
+def call_input(call: dict, tensors: dict) -> torch.Tensor:
+    """A `trace.calls` entry's input: `<label>.input` where stored; a context pass stores none in the schema
+    (README.md: its input is the block's last step's `x0_pred`), so that is read for `block{b}.context`."""
+    key = call["label"] + ".input"
+    if key in tensors:
+        return tensors[key]
+    block, _, kind = call["label"].rpartition(".")
+    steps = [int(k[len(block) + 5 : -len(".x0_pred")]) for k in tensors
+             if k.startswith(block + ".step") and k.endswith(".x0_pred")]  # fmt: skip
+    if kind != "context" or not steps:
+        raise KeyError(f"{key} (and no {block}.step*.x0_pred to stand for it)")
+    return tensors[f"{block}.step{max(steps)}.x0_pred"]
+
+
 def call_frames(call: dict, tensors: dict, layout: str = "BFCHW") -> int:
-    """A `trace.calls` entry's latent frame count, from its stored input (the key's name is not in the schema)."""
-    return tensors[call["label"] + ".input"].shape[1 if layout == "BFCHW" else 2]
+    """A `trace.calls` entry's latent frame count, from its input (`call_input`)."""
+    return call_input(call, tensors).shape[1 if layout == "BFCHW" else 2]
 
 
 def switch_prompts(info: dict, tensors) -> list[str]:

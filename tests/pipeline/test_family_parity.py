@@ -29,6 +29,7 @@ from tests.fixture_utils import (
     Recorder,
     cache_from_metadata,
     call_frames,
+    call_input,
     call_start_frame,
     files_of_kind,
     fixture_header,
@@ -165,7 +166,7 @@ def test_every_denoising_call(path):
         for call in calls:
             if call.get("reset_before"):
                 cache.reset()
-            x, ts = t[call["label"] + ".input"], t[call["label"] + ".timestep"]
+            x, ts = call_input(call, t), t[call["label"] + ".timestep"]
             frames, start = call_frames(call, t), call_start_frame(call, p)
             # a KV recompute is one call under a block-causal mask; ours runs it as block-sized context passes
             chunk = n if call.get("recompute") else frames
