@@ -11,9 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
-import asyncio, importlib.util, json, sys
-# as on a machine where the pack is only a folder in custom_nodes/: the editable install's finder is gone
+import asyncio, importlib.util, json, os, sys
+# as on a machine where the pack is only a folder in custom_nodes/: the editable install's finder is gone, and
+# so is any path entry that holds an inferix_core (PYTHONPATH, an editable .pth)
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or ".", "inferix_core"))]
 root = sys.argv[1]
 path_before = list(sys.path)
 assert importlib.util.find_spec("inferix_core") is None, "inferix_core still importable without the pack"
