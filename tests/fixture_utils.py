@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from inferix_core.pipeline import PipelineHooks
+from inferix_core.pipeline import GenerationRequest, PipelineHooks
 from tests.fixture_schema import fixture_kind
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -200,3 +200,11 @@ def tiny_conditioning(seed: int, tokens: int = 16) -> torch.Tensor:
     with safe_open(str(FIXTURES / TINY_LOADER_INPUTS["model"]), "pt") as f:
         text_dim = int(json.loads(f.metadata()["info"])["config"]["text_dim"])
     return torch.randn(1, tokens, text_dim, generator=torch.Generator().manual_seed(seed))
+
+
+def fixture_request(pipeline: dict, tensors: dict) -> GenerationRequest:
+    """The recorded run's request: its `info.pipeline` (blocks, latent shape) with the stored prompt embedding
+    and the stored noise replayed in the reference's order."""
+    b, _f, _c, h, w = pipeline["latent_shape"]
+    return GenerationRequest(num_blocks=pipeline["num_blocks"], latent_height=h, latent_width=w,
+                             context=tensors["text_context"], batch_size=b, noise=FixtureNoise(tensors))  # fmt: skip

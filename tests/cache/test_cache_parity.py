@@ -12,8 +12,9 @@ import dataclasses
 import pytest
 import torch
 
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from tests.pipeline.test_parity import ATOL, FILES, FixtureNoise, Recorder, build
+from inferix_core.pipeline import BlockDiffusionPipeline
+from tests.fixture_utils import fixture_request
+from tests.pipeline.test_parity import ATOL, FILES, Recorder, build
 
 # kind name → overrides of the fixture's KVCacheConfig (window and sink come from the fixture)
 KINDS = {
@@ -33,17 +34,9 @@ def test_cache_parity(path, kind):
     info, t, model, sampling, base = build(path)
     cache_cfg = dataclasses.replace(base, **KINDS[kind])
     p = info["pipeline"]
-    B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     rec = Recorder()
-    req = GenerationRequest(
-        num_blocks=p["num_blocks"],
-        latent_height=H,
-        latent_width=W,
-        context=t["text_context"],
-        batch_size=B,
-        noise=FixtureNoise(t),
-    )
+    req = fixture_request(p, t)
     out, kv_after, attended, global_end = [], {}, [], []
     for block in pipe.stream(req, rec):
         out.append(block.latents)

@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, create_kv_cache
 from inferix_core.cache.quant import pack_int4, quantize, unpack_int4
 from inferix_core.errors import ConfigError
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from inferix_core.pipeline import BlockDiffusionPipeline
 from tests.cache.test_rollout import _one_thread, rollout, tiny_model  # noqa: F401 (module fixture)
-from tests.pipeline.test_parity import FILES, FixtureNoise, build
+from tests.fixture_utils import fixture_request
+from tests.pipeline.test_parity import FILES, build
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -149,17 +150,9 @@ REL_GAIN, ABS_GAIN = 0.25, 0.35
 def test_fixture_rollout_error(path, q, bits):
     info, t, model, sampling, base = build(path)
     p = info["pipeline"]
-    B, _F, _C, H, W = p["latent_shape"]
 
     def request():
-        return GenerationRequest(
-            num_blocks=p["num_blocks"],
-            latent_height=H,
-            latent_width=W,
-            context=t["text_context"],
-            batch_size=B,
-            noise=FixtureNoise(t),
-        )
+        return fixture_request(p, t)
 
     eps = stored_kv_error(BlockDiffusionPipeline(model, sampling, base), model, request(), bits)
     pipe = BlockDiffusionPipeline(model, sampling, dataclasses.replace(base, quantization=q))

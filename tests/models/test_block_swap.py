@@ -15,22 +15,15 @@ from inferix_core.errors import CacheBudgetError, ConfigError
 from inferix_core.models.block_swap import BlockSwap, block_bytes, enable_block_swap, resident_blocks_for_budget
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from inferix_core.pipeline import BlockDiffusionPipeline
+from tests.fixture_utils import fixture_request
 from tests.models.wan_state import random_wan_state_dict
-from tests.pipeline.test_parity import FILES, FixtureNoise, build
+from tests.pipeline.test_parity import FILES, build
 
 
 def _run_fixture(path, model, sampling, cache_cfg, t, p):
-    B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
-    req = GenerationRequest(
-        num_blocks=p["num_blocks"],
-        latent_height=H,
-        latent_width=W,
-        context=t["text_context"],
-        batch_size=B,
-        noise=FixtureNoise(t),
-    )
+    req = fixture_request(p, t)
     return torch.cat([b.latents for b in pipe.stream(req)], dim=1)
 
 

@@ -22,6 +22,7 @@ from inferix_core.session import InteractiveSession
 from tests.fixture_utils import (
     files_of_kind,
     fixture_header,
+    fixture_request,
     has_lora,
     has_switch,
     read_fixture,
@@ -72,17 +73,9 @@ def generate(path, lora: bool, folder):
     wm = world_model(path, info, lora, folder)
     sampling, cache = settings_from_metadata(info)
     p = info["pipeline"]
-    B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(wm.transformer, sampling, cache)
     rec = Recorder()
-    req = GenerationRequest(
-        num_blocks=p["num_blocks"],
-        latent_height=H,
-        latent_width=W,
-        context=t["text_context"],
-        batch_size=B,
-        noise=FixtureNoise(t),
-    )
+    req = fixture_request(p, t)
     blocks, attended, global_end = [], [], []
     for block in pipe.stream(req, rec):
         blocks.append(block.latents)

@@ -20,12 +20,11 @@ from inferix_core.models.family_detect import family_from_settings
 from inferix_core.models.registry import FAMILIES, get_family
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.scheduler import FlowMatchScheduler
 from inferix_core.vae import WanVAE
 from inferix_core.vae.pixel_window import PixelWindowEncoder
 from tests.fixture_utils import (
-    FixtureNoise,
     Recorder,
     cache_from_metadata,
     call_frames,
@@ -33,6 +32,7 @@ from tests.fixture_utils import (
     call_start_frame,
     files_of_kind,
     fixture_header,
+    fixture_request,
     fixture_weights,
     has_lora,
     has_switch,
@@ -110,7 +110,6 @@ def test_timesteps_and_sigmas(path):
 def test_pipeline_parity(path):
     info, t = read_fixture(path)
     p = info["pipeline"]
-    B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(
         _model(path, info, t),
         sampling_from_metadata(p),
@@ -118,14 +117,7 @@ def test_pipeline_parity(path):
         first_frame_encoder=_first_frame_encoder(path, info),
     )
     rec = Recorder()
-    req = GenerationRequest(
-        num_blocks=p["num_blocks"],
-        latent_height=H,
-        latent_width=W,
-        context=t["text_context"],
-        batch_size=B,
-        noise=FixtureNoise(t),
-    )
+    req = fixture_request(p, t)
     latents = pipe.generate(req, rec)
     assert torch.isfinite(latents).all()
     torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)

@@ -11,11 +11,12 @@ import torch
 
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
-from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.scheduler import FlowMatchScheduler
 from tests.fixture_utils import (  # FixtureNoise, Recorder: imported from here by other tests too
-    FixtureNoise,
+    FixtureNoise,  # noqa: F401
     Recorder,
+    fixture_request,
     fixture_weights,
     read_fixture,
     self_forcing_runs,
@@ -52,17 +53,9 @@ def test_scheduler_tables(path):
 def test_pipeline_parity(path):
     info, t, model, sampling, cache_cfg = build(path)
     p = info["pipeline"]
-    B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(model, sampling, cache_cfg)
     rec = Recorder()
-    req = GenerationRequest(
-        num_blocks=p["num_blocks"],
-        latent_height=H,
-        latent_width=W,
-        context=t["text_context"],
-        batch_size=B,
-        noise=FixtureNoise(t),
-    )
+    req = fixture_request(p, t)
     kv_after, attended, global_end = {}, [], []
     out = []
     for block in pipe.stream(req, rec):

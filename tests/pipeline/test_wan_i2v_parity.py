@@ -18,17 +18,18 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from tests.fixture_utils import (
-    cache_from_metadata as cache_from,
-)
-from tests.fixture_utils import (
+    FixtureNoise,
+    Recorder,
     fixture_files,
     fixture_weights,
     read_fixture,
 )
 from tests.fixture_utils import (
+    cache_from_metadata as cache_from,
+)
+from tests.fixture_utils import (
     sampling_from_metadata as sampling_from,
 )
-from tests.pipeline.test_family_parity import FixtureNoise, Recorder
 
 ATOL = 1e-4
 FILES = fixture_files("wan_i2v_*.safetensors")
