@@ -33,8 +33,7 @@ def plan_run(
     the RAM available (`available_bytes`, default: MemAvailable). `check_plan` refuses what does not fit,
     before anything is allocated, naming the cheapest fix. Allocates nothing.
     """
-    from .cache.plan_costs import available_memory_bytes, host_available_bytes
-    from .cache.planner import check_host_memory
+    from .cache.plan_costs import available_memory_bytes, host_available_bytes, host_memory
 
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
@@ -65,8 +64,7 @@ def plan_run(
     # on the CPU everything is host memory (the loaded weights are already out of MemAvailable)
     other = cost.host_bytes if on_cuda else max(0, plan.total_bytes - resident_bytes(world_model))
     tc = world_model.temporal_compression
-    check_host_memory(
-        plan,
+    plan.host = host_memory(
         frame_bytes=width * height * 3,
         frames_for_blocks=lambda n: 1 + tc * (n * sampling.block_frames - 1) if n > 0 else 0,
         num_blocks=num_blocks,

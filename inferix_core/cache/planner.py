@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -59,7 +58,6 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "allocator_headroom_bytes",
     "available_memory_bytes",
     "cache_cost",
-    "check_host_memory",
     "estimate_offload",
     "fork_pages",
     "host_available_bytes",
@@ -94,7 +92,9 @@ class MemoryPlan:
     candidates: list[tuple[str, int, bool]] = field(default_factory=list)  # (label, device bytes, fits)
     offload: OffloadEstimate | None = None  # when the planned cache offloads: its per-call copy arithmetic
     budget_source: str = "explicit"  # or where a default budget came from ("free memory of cuda:0", ...)
-    host: HostMemory | None = None  # frames kept in host memory vs the RAM available (set by `check_host_memory`)
+    host: HostMemory | None = (
+        None  # frames kept in host memory vs the RAM available (set by `run_plan.plan_run` with `host_memory`)
+    )
     vae_weights_bytes: int = 0
     decode: DecodeMemory | None = None  # the Wan 2.1 VAE decode as planned: state, transient, the slicing chosen
     block_frames: int = 3
@@ -481,17 +481,3 @@ def plan_resident_blocks(
         f"{format_bytes(plan.total_bytes + other_bytes)}{context}, {format_bytes(short)} more than the budget of "
         f"{format_bytes(budget_bytes)} (less {format_bytes(budget_bytes - usable)} allocator headroom); try {', or '.join(fixes)}"
     )
-
-
-def check_host_memory(
-    plan: MemoryPlan,
-    *,
-    frame_bytes: int,
-    frames_for_blocks: Callable[[int], int],
-    num_blocks: int,
-    other_bytes: int,
-    available_bytes: int,
-) -> HostMemory:
-    """Attach the host-memory side of a run to `plan` (`plan_costs.host_memory`); allocates nothing."""
-    plan.host = host_memory(frame_bytes, frames_for_blocks, num_blocks, other_bytes, available_bytes)
-    return plan.host
