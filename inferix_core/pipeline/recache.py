@@ -53,8 +53,8 @@ def recache_window(pipe: Any, state: Any, blocks: Blocks) -> int:
 def recache_blocks(pipe: Any, state: Any, blocks: Blocks) -> int:
     """The cache reset, then the context pass over each block that still has resident frames, in order; frames
     evicted before stay evicted: after the sink blocks the cache restarts at the window's first block (every
-    cache kind can skip frames, `KVCache.restart`). Returns the first frame re-written."""
-    pipe.settle(state)
+    cache kind can skip frames, `KVCache.restart`). Returns the first frame re-written; call it through
+    `recache`, which settles the stream first and checks what stays resident."""
     cache, end = state.cache, state.next_frame
     before = cache.resident_frames()
     resident = set(before)
@@ -66,18 +66,22 @@ def recache_blocks(pipe: Any, state: Any, blocks: Blocks) -> int:
         if start > cache.end_frame:
             cache.restart(start)
         pipe.context_pass(state, latents, start, action)
-    if cache.end_frame != end or cache.resident_frames() != before:
-        raise ConfigError(  # an invariant of the re-cache, not a user mistake; fail loudly rather than drift
-            f"re-cache left frames {cache.resident_frames()} resident (end {cache.end_frame}); "
-            f"expected {before} (end {end})"
-        )
     return kept[0][0]
 
 
 def recache(pipe: Any, state: Any, blocks: Blocks, style: str) -> int:
-    """Re-cache in `style` ("window" or "blocks"); returns the first frame re-written."""
-    if style == "window":
-        return recache_window(pipe, state, blocks)
-    if style == "blocks":
-        return recache_blocks(pipe, state, blocks)
-    raise ConfigError(f"recache style must be one of {RECACHE_STYLES}, got {style!r}")
+    """Re-cache in `style` ("window" or "blocks"); returns the first frame re-written. Either style leaves the
+    same frames resident and the cache's end where the stream is: checked here, once for both."""
+    styles = {"window": recache_window, "blocks": recache_blocks}
+    if style not in styles:
+        raise ConfigError(f"recache style must be one of {RECACHE_STYLES}, got {style!r}")
+    pipe.settle(state)  # the last block handed out: its K/V are among those re-written
+    cache, end = state.cache, state.next_frame
+    before = cache.resident_frames()
+    first = styles[style](pipe, state, blocks)
+    if cache.end_frame != end or cache.resident_frames() != before:
+        raise ConfigError(  # an invariant of the re-cache, not a user mistake; fail loudly rather than drift
+            f"re-cache ({style}) left frames {cache.resident_frames()} resident (end {cache.end_frame}); "
+            f"expected {before} (end {end})"
+        )
+    return first
