@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
 from torch import Tensor
 
 from ..errors import ConfigError
@@ -73,11 +72,8 @@ class FlowMatchSchedule:
             self.first_scheduler = FlowMatchScheduler(sampling.shift, sampling.num_train_timesteps)
             self.first_scheduler.set_timesteps(first, sampling.warp_denoising_steps)
 
-    def scheduler_of(self, block_index: int) -> FlowMatchScheduler:
-        return self.first_scheduler if block_index == 0 else self.scheduler
-
     def begin(self, block_index: int) -> FlowMatchSolve:
-        return FlowMatchSolve(self.scheduler_of(block_index))
+        return FlowMatchSolve(self.first_scheduler if block_index == 0 else self.scheduler)
 
 
 class UniPCSolve:
@@ -126,8 +122,3 @@ def make_scheduler(sampling: SamplingConfig) -> Scheduler:
     if make is None:
         raise ConfigError(f"unknown solver '{sampling.solver}'; known: {', '.join(sorted(SCHEDULERS))}")
     return make(sampling)
-
-
-def block_timesteps(schedule: Scheduler, block_index: int) -> torch.Tensor:
-    """The timesteps block `block_index` walks (a first block may have its own list)."""
-    return schedule.begin(block_index).timesteps
