@@ -20,6 +20,7 @@ from collections import Counter
 
 import torch
 import torch.nn.functional as F
+from torch.utils import flop_counter
 
 from inferix_core.attention.registry import get_attention_backend
 from inferix_core.models.wan.config import WanConfig
@@ -43,6 +44,19 @@ def _time(fn, repeats: int = REPEATS, inner: int = INNER) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / inner)
     return sorted(times)[len(times) // 2]
+
+
+def _addmm_activation_flop(bias_shape, a_shape, b_shape, *args, **kwargs) -> int:
+    """`aten._addmm_activation` (the FFN up-projection with its GELU epilogue, bf16 on CUDA) is an addmm:
+    FlopCounterMode has no formula for it and counted those GEMMs as zero."""
+    return flop_counter.addmm_flop(bias_shape, a_shape, b_shape)
+
+
+def flop_counter_mode() -> flop_counter.FlopCounterMode:
+    """torch's FlopCounterMode with every GEMM the model runs counted, the epilogue-fused addmm included."""
+    return flop_counter.FlopCounterMode(
+        display=False, custom_mapping={torch.ops.aten._addmm_activation: _addmm_activation_flop}
+    )
 
 
 def linear_classes(cfg: WanConfig) -> list[tuple[str, int, int, int]]:

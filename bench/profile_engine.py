@@ -185,11 +185,11 @@ def time_run(pipe, request) -> float:
 
 def count_flops(request) -> dict:
     """torch's FlopCounterMode over one eager SDPA run of the same model and request (the same math as
-    any compiled or FA4 run): GEMM (mm/addmm/bmm/…) and attention FLOPs."""
-    from torch.utils.flop_counter import FlopCounterMode
+    any compiled or FA4 run): GEMM (mm/addmm/bmm/the GELU-epilogue addmm …) and attention FLOPs."""
+    from bench.kernel_efficiency import flop_counter_mode
 
     eager, _ = build_engine(BenchConfig())
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter_mode()
     with counter, torch.no_grad():
         eager.generate(request)
     by_op = {str(op): float(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
