@@ -139,6 +139,15 @@ def fixture_weights(path: Path, info: dict, tensors: dict) -> dict[str, torch.Te
     return {k[len("weights.") :]: v for k, v in tensors.items() if k.startswith("weights.")}
 
 
+def assert_sigmas_used(sch, timesteps: torch.Tensor, pipeline: dict, sigmas_used: torch.Tensor) -> None:
+    """`sigmas_used` is σ of each step, exactly, then one σ the schema READMEs word two ways: README.md says σ
+    for t = 0, README_families.md and README_matrix_game2.md σ of the context pass (t = `context_noise`). The
+    two agree when `context_noise` is 0; otherwise the last entry must be one of the two, and nothing else."""
+    assert torch.equal(sch.sigma_at(timesteps), sigmas_used[:-1])
+    candidates = sch.sigma_at(torch.tensor([0.0, float(pipeline["context_noise"])]))
+    assert (candidates == sigmas_used[-1]).any(), (sigmas_used[-1], candidates)
+
+
 def sampling_from_metadata(p: dict):
     """The authors' run settings (a fixture's `info.pipeline`) as our SamplingConfig.
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import torch
 
 from ..cache import KVCacheConfig, KVCacheSpec, create_kv_cache
+from ..cache.zero_keys import ZeroKeysView, padding_keys_attended
 from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler, SamplingConfig, make_scheduler
@@ -399,10 +400,13 @@ class BlockDiffusionPipeline:
         context = self.recompute_context(state)
         if context is None:
             return 0
-        n = self.sampling.block_frames
-        for a in range(0, context.shape[1], n):
-            self._call(state, context[:, a : a + n], 0.0, a, context[:, a : a + n].shape[1], None)
-        return context.shape[1]
+        n, length, frame_tokens = self.sampling.block_frames, context.shape[1], state.cache.spec.frame_tokens
+        for a in range(0, length, n):
+            chunk = context[:, a : a + n]
+            pad = padding_keys_attended(length, a, n, frame_tokens)  # their flex mask's zero keys (cache/zero_keys)
+            cache = ZeroKeysView(state.cache, pad) if pad else None
+            self._call(state, chunk, 0.0, a, chunk.shape[1], None, cache=cache)
+        return length
 
     @staticmethod
     def _pin_shot(state: StreamState, start: int, num_frames: int) -> None:
@@ -430,12 +434,15 @@ class BlockDiffusionPipeline:
         num_frames: int,
         action: torch.Tensor | None,
         clean_frames: int = 0,
+        cache=None,
     ) -> torch.Tensor:
         """One transformer call over frames [start, start + num_frames): x (B, nf, C, H, W) → flow, same layout.
 
         Timesteps are per frame: the first `clean_frames` frames get t = 0 (Wan 2.2 TI2V's per-token mask).
         """
-        state.cache.begin(start, num_frames)
+        eager = cache is not None  # a view for this one call (Krea's recompute padding): never a captured graph
+        cache = state.cache if cache is None else cache
+        cache.begin(start, num_frames)
         timestep = torch.full((state.batch_size, num_frames), t, dtype=torch.float32, device=self.device)
         timestep[:, :clean_frames] = 0.0
         if isinstance(action, torch.Tensor):
@@ -447,9 +454,9 @@ class BlockDiffusionPipeline:
             positions = torch.arange(start, start + num_frames, dtype=torch.float64) + state.rope_offset
             extra["frame_positions"] = positions
         # captured whole calls (enable_cuda_graphs), else eager; shot sinks pin frames the graphs do not key on
-        graphs = None if self.sampling.shot_sinks else graph_runner(self.model)
+        graphs = None if self.sampling.shot_sinks or eager else graph_runner(self.model)
         flow = (graphs or self.model)(
-            x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, state.cache, start, action=action, **extra
+            x.permute(0, 2, 1, 3, 4).to(self.dtype), timestep, state.text, cache, start, action=action, **extra
         )
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
 

@@ -150,6 +150,11 @@ REL_GAIN, ABS_GAIN = 0.25, 0.35
 def test_fixture_rollout_error(path, q, bits):
     info, t, model, sampling, base = build(path)
     p = info["pipeline"]
+    # the fewest full-precision frames the quantized cache allows (the block being denoised), so that as many
+    # frames as the fixture's window holds past its sink and that block are quantized
+    base = dataclasses.replace(base, residual_frames=sampling.block_frames)
+    if not base.is_global and base.sink_frames + base.residual_frames >= base.window_frames:
+        pytest.skip(f"window {base.window_frames} holds only the sink and one block: no frame is ever quantized")
 
     def request():
         return fixture_request(p, t)

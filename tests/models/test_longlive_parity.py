@@ -169,9 +169,11 @@ def test_prompt_switch_with_kv_recache_matches_the_authors_run(path, tmp_path):
 @pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
 def test_the_recache_style_matters_on_this_fixture(path, tmp_path):
     """Re-running every resident block causally (the other style) lands far from their output: the test above
-    can tell the two apart."""
+    can tell the two apart. "Far" is measured in the parity tolerance: 10 × ATOL leaves the parity test an order
+    of magnitude between a right and a wrong recache (how far the styles part depends on the fixture's sizes
+    and seed: 0.0097 on a 2-head, 3-layer held-out file, 100 × ATOL and more on the shipped one)."""
     _, t, _, latents = replay_session(path, tmp_path, recache_style="blocks")
-    assert (latents - t["output_latents"]).abs().max() > 100 * ATOL
+    assert (latents - t["output_latents"]).abs().max() > 10 * ATOL
 
 
 @pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
@@ -183,7 +185,9 @@ def test_prompt_schedule_with_recache_matches_the_authors_run(path, tmp_path):
     B, _F, _C, H, W = p["latent_shape"]
     pipe = BlockDiffusionPipeline(world_model(path, info, lora=True, folder=tmp_path).transformer, sampling, cache)
     prompts = switch_prompts(info, t)
-    schedule = [(b, t[name]) for b, name in zip(sw["switch_block_indices"], prompts[1:], strict=True)]
+    # `switch_frame_indices` may name switches past the run's end; `switch_block_indices` are those that happened
+    happened = prompts[1 : 1 + len(sw["switch_block_indices"])]
+    schedule = [(b, t[name]) for b, name in zip(sw["switch_block_indices"], happened, strict=True)]
     req = GenerationRequest(
         num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t[prompts[0]], batch_size=B,
         noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True,

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.skipif(not FILES, reason="no Matrix-Game 2.0 fixture in
 
 
 def _rewrite(src, dst, edit_action=None, keep_metadata=True) -> dict:
-    """A copy of `src` whose `info.config.action_config` went through `edit_action` (or no metadata at all)."""
+    """A copy of `src` whose `info.config.action_config` went through `edit_action` (or no metadata at all).
+
+    The copy keeps the fixture's `config` and `pipeline` (its run settings), nothing else of `info`."""
     info, _ = read_fixture(src)
     with safe_open(str(src), "pt") as f:
         weights = {k: f.get_tensor(k) for k in f.keys() if k.startswith("weights.")}  # noqa: SIM118
@@ -33,7 +35,8 @@ def _rewrite(src, dst, edit_action=None, keep_metadata=True) -> dict:
     if edit_action is not None:
         edit_action(act)
     info["config"]["action_config"] = act
-    meta = {"info": json.dumps({"config": info["config"]})} if keep_metadata else None
+    kept = {"config": info["config"], "pipeline": info["pipeline"]}
+    meta = {"info": json.dumps(kept)} if keep_metadata else None
     save_file({k[len("weights.") :]: v for k, v in weights.items()}, str(dst), metadata=meta)
     return info["config"]
 

@@ -15,7 +15,7 @@ import torch
 from inferix_core.conditioning import matrix_game_request
 from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.scheduler import FlowMatchScheduler
-from tests.fixture_utils import Recorder, files_of_kind, read_fixture
+from tests.fixture_utils import Recorder, assert_sigmas_used, files_of_kind, read_fixture
 from tests.matrix_game2_utils import FixtureNoise, build, to_bfchw
 
 ATOL = 1e-4
@@ -58,7 +58,7 @@ def test_scheduler_tables(path):
     sch = FlowMatchScheduler(p["timestep_shift"], p["num_train_timesteps"], p["scheduler"]["num_inference_steps"])
     ts = sch.timesteps_for(p["denoising_step_list"], p["warp_denoising_step"])
     assert torch.equal(ts, tensors["timesteps_warped"])
-    assert torch.equal(sch.sigma_at(torch.cat([ts, torch.zeros(1) + p["context_noise"]])), tensors["sigmas_used"])
+    assert_sigmas_used(sch, ts, p, tensors["sigmas_used"])
 
 
 @pytest.mark.parametrize("cache_kind", list(CACHE_KINDS))

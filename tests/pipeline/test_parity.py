@@ -16,6 +16,7 @@ from inferix_core.scheduler import FlowMatchScheduler
 from tests.fixture_utils import (  # FixtureNoise, Recorder: imported from here by other tests too
     FixtureNoise,  # noqa: F401
     Recorder,
+    assert_sigmas_used,
     fixture_request,
     fixture_weights,
     read_fixture,
@@ -45,8 +46,7 @@ def test_scheduler_tables(path):
     assert torch.equal(sch.timesteps, tensors["scheduler.timesteps"])
     ts = sch.timesteps_for(p["denoising_step_list"], p["warp_denoising_step"])
     assert torch.equal(ts, tensors["timesteps_warped" if p["warp_denoising_step"] else "timesteps_used"])
-    sig = sch.sigma_at(torch.cat([ts, torch.zeros(1) + p["context_noise"]]))  # the context pass's σ last
-    assert torch.equal(sig, tensors["sigmas_used"])
+    assert_sigmas_used(sch, ts, p, tensors["sigmas_used"])
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])

@@ -53,18 +53,25 @@ def test_encode_parity(vae_fixture):
 
 
 def test_bfloat16_decode_runs_close(vae_fixture):
-    """Real runs use bf16; the decode must stay finite and close to fp32 (normalisation itself stays fp32)."""
+    """Real runs use bf16; the decode must stay finite and close to fp32 (normalisation itself stays fp32).
+
+    "Close" is measured against the same fixture's own sensitivity to bf16: the fp32 decode with only its weights
+    rounded to bf16. A bf16 run rounds the weights and, at each conv/norm, the activations too, at the same
+    eps, so its error is of the same order: measured 1.7-1.9x the weights-only error (max and RMS) on two tiny
+    VAEs whose bf16 errors differ 3x (0.045 and 0.13 of max|ref| 1.4-1.7). The bound, 3x, needs no constant
+    per fixture; an fp32 step run in bf16 or a lost fp32 normalisation lands well above it."""
     vae = WanVAE.from_file(vae_fixture.path, dtype=torch.bfloat16)
     z = vae_fixture.tensors["z"][:, :, :2]
     out = vae.decode(z, latent_frames_per_step=None)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     ref = vae_fixture.decoded[:, :, :5]
-    # bf16 keeps 8 significant bits (eps 2**-7): every conv/norm of the decoder rounds its output at about eps
-    # of the activations' scale, and the rounding errors add up through the residual stacks and the upsamplers
-    # (~15 eps of the output's scale measured on the tiny fixtures). The tolerance follows the fixture's own
-    # scale, so a re-drawn fixture (another width, range or size) needs no new constant: 24 eps of max|ref|.
-    atol = 24 * torch.finfo(torch.bfloat16).eps * ref.abs().max().item()
-    torch.testing.assert_close(out.float(), ref, atol=atol, rtol=0)
+    rounded = WanVAE.from_file(vae_fixture.path, dtype=torch.float32)
+    with torch.no_grad():
+        for param in rounded.parameters():
+            param.copy_(param.bfloat16().float())
+    weights_only = (rounded.decode(z, latent_frames_per_step=None) - ref).abs().max().item()
+    assert weights_only > 0  # the rounding reached the output: the bound below is not zero by accident
+    torch.testing.assert_close(out.float(), ref, atol=3 * weights_only, rtol=0)
 
 
 def test_frame_rule(vae_fixture):
