@@ -8,7 +8,6 @@ tensor math of its own.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,15 +16,16 @@ import torch
 
 from .cache import KVCacheConfig
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
-from .errors import ConfigError, GenerationInterruptedError
+from .engine import Engine, run_pipeline
+from .errors import ConfigError
 from .image_world import (
     MatrixGameInputs,
     StartImageInputs,
     image_world_extra,
 )
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
-from .pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, SamplingConfig
-from .profiling import NullProfiler, Profiler
+from .pipeline import BlockOutput, GenerationRequest, SamplingConfig
+from .profiling import NullProfiler
 from .run_inputs import (
     LONGLIVE2_SCENE_CUT_PREFIX,
     check_resumable,
@@ -43,13 +43,11 @@ from .run_output import (
     choose_decoder,
     decode_to_sinks,
     decode_video,
-    first_frame_encoder_for,
     kv_cache_memory,
     kv_cache_numbers,
     open_video_sinks,
     pixels_to_uint8,
     profile_block_end,
-    run_stream_decoder,
 )
 from .run_plan import check_plan, plan_run
 from .schedules import (
@@ -60,33 +58,11 @@ from .schedules import (
     seconds_per_block,
     seconds_to_blocks,
 )
-from .vae.pixel_window import PixelWindowEncoder
 from .world_state import (
     WorldState,
-    capture_world_state,
-    history_from,
-    history_tensors,
-    load_world_state,
-    model_identity,
 )
 
 log = logging.getLogger(__name__)
-
-
-def run_pipeline(
-    world_model: WorldModel,
-    sampling: SamplingConfig | None = None,
-    cache: KVCacheConfig | None = None,
-    first_frame_encoder: PixelWindowEncoder | None = None,
-) -> BlockDiffusionPipeline:
-    """The block pipeline of one run (generate_video, InteractiveSession): the model's sampling and cache
-    unless others are given; Krea's re-encoding VAE in the loop when the run needs it."""
-    return BlockDiffusionPipeline(
-        world_model.transformer,
-        sampling or world_model.sampling,
-        cache or world_model.default_cache,
-        first_frame_encoder=first_frame_encoder,
-    )
 
 
 def _run_info(world_model: WorldModel, width: int, height: int, num_blocks: int, seed: int, sampling, cache) -> dict:
@@ -102,54 +78,6 @@ def _run_info(world_model: WorldModel, width: int, height: int, num_blocks: int,
         "sink_frames": cache.sink_frames,
         "seed": seed,
     }
-
-
-def _run_blocks(
-    pipe: BlockDiffusionPipeline,
-    request: GenerationRequest,
-    stream,
-    sinks: list,
-    hooks: GenerationHooks,
-    prof: NullProfiler,
-    fps: int,
-) -> VideoResult:
-    """Step 4: the block loop; each block decoded and at the sinks as soon as it is clean; sinks closed at the end."""
-    hooks.on_start(request.num_blocks)
-    t_start = time.perf_counter()
-    latents, frames, block_seconds, first_frame = [], [], [], None
-    try:
-        for out in pipe.stream(request, ProfiledHooks(prof, hooks)):
-            latents.append(out.latents)
-            pix, decode_s = None, 0.0
-            if stream is not None:
-                pix, decode_s, ready_at = decode_to_sinks(
-                    stream, out.latents, out.index, sinks, prof, first_frame_alone=first_frame is None
-                )
-                if first_frame is None and len(pix):
-                    first_frame = ready_at - t_start
-                frames.append(pix)
-            block_seconds.append(out.seconds)
-            if not out.is_initial:  # given frames are context, not generated: the profiler never opened them
-                profile_block_end(prof, pipe.kv_cache, out.index, pix)
-            hooks.on_block_end(
-                out.index, pix, {"denoise_s": out.seconds, "decode_s": decode_s, **kv_cache_memory(pipe.kv_cache)}
-            )
-    except KeyboardInterrupt as exc:
-        raise GenerationInterruptedError("generation interrupted; the frames written so far are kept") from exc
-    finally:
-        for sink in sinks:
-            sink.close()
-        prof.on_run_end()
-    return VideoResult(
-        latents=torch.cat(latents, dim=1),
-        frames=np.concatenate(frames) if frames else None,
-        fps=fps,
-        seconds=time.perf_counter() - t_start,
-        block_seconds=block_seconds,
-        first_frame_seconds=first_frame,
-        profile=prof.report().to_dict() if isinstance(prof, Profiler) else None,
-        files=tuple(str(sink.path) for sink in sinks if getattr(sink, "path", None) is not None),
-    )
 
 
 def generate_video(
@@ -222,26 +150,15 @@ def generate_video(
         if world_state is not None:
             num_initial = 0 if run.initial_latents is None else run.initial_latents.shape[1]
             check_resumable(world_model, world_state, num_initial, (run.lat_h, run.lat_w))
-        first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
+        engine = Engine(world_model, sampling, cache, decoder=decoder, decode=decode, profiler=prof)
         prof.on_run_start(_run_info(world_model, width, height, num_blocks, seed, sampling, cache))
         # 2. text conditioning (or an image model's CLIP tokens)
         with prof.stage("text_encode"):
             context, schedule = encode_run_prompt(world_model, prompt, run.image_inputs, entries=run.entries)
-        pipe = run_pipeline(world_model, sampling, cache, first_frame_encoder)
-        # 3. a streaming decoder that keeps its causal cache across blocks
-        stream = (
-            run_stream_decoder(world_model, decoder, first_frame_encoder, continues=run.initial_latents is not None)
-            if decode
-            else None
-        )
-        # 4. a saved world to continue: its cache, noise, decoder cache and the blocks a re-cache re-runs
-        identity = (
-            model_identity(world_model.transformer, world_model.family) if world_state or keep_world_state else None
-        )
-        resume_state, resume_history, actions_in = None, [], run.actions
+        # 3. a saved world to continue: its cache, noise, decoder cache and the blocks a re-cache re-runs
+        resume_state, resume_history, actions_in, decoder_in = None, [], run.actions, None
         if world_state is not None:
-            resume_state, stream = _resume(world_state, pipe, identity, stream, decoder)
-            resume_history = history_from(world_state, pipe.device)
+            resume_state, decoder_in, resume_history = engine.resume(world_state)
             saved = world_state.tensors.get("extra.context")
             image_world = isinstance(run.image_inputs, MatrixGameInputs)  # its tokens were checked: no prompt switch
             if not image_world and (saved is None or not torch.equal(saved.to(context.device, context.dtype), context)):
@@ -268,33 +185,22 @@ def generate_video(
             keep_history=keep_world_state,
             final_context_pass=keep_world_state,  # only a kept world reads the last block's K/V
         )
+        # 4. the stream: the request's cache and noise, a streaming decoder that keeps its causal cache across blocks
+        stream = engine.open_request(request, sinks=sinks, decoder=decoder_in)
     except BaseException:
         for sink in sinks:  # sinks are ours to close even when we never start
             sink.close()
         raise
     # 5. the block loop
-    result = _run_blocks(pipe, request, stream, sinks, hooks, prof, world_model.fps)
+    result = engine.run(stream, request, hooks)
     if keep_world_state:
-        meta, hist = history_tensors(pipe.stream_history)
-        extra = {"history": meta, "decoder_kind": decoder if stream is not None else None}
+        extra, rows = {}, {}
         if isinstance(run.image_inputs, MatrixGameInputs):  # the action rows read so far, the start image's prints
-            extra["image_world"], rows = image_world_extra(run.image_inputs, pipe.stream_state.next_frame)
-            hist.update(rows)
-        result.world_state = capture_world_state(
-            pipe, pipe.stream_state, identity=identity, decoder=stream, extra=extra,
-            extra_tensors={"context": context_in_force(context, schedule, num_blocks), **hist},
-        )  # fmt: skip
+            extra["image_world"], rows = image_world_extra(run.image_inputs, stream.state.next_frame)
+        result.world_state = engine.capture(
+            stream, extra=extra, extra_tensors={"context": context_in_force(context, schedule, num_blocks), **rows}
+        )
     return result
-
-
-def _resume(world: WorldState, pipe: BlockDiffusionPipeline, identity: dict, stream, decoder: str):
-    """The saved stream state, and the streaming decoder with its causal cache when the world has one."""
-    saved_decoder = world.header["extra"].get("decoder_kind")
-    if stream is not None and world.header.get("decoder") is not None and saved_decoder == decoder:
-        return load_world_state(world, pipe, identity=identity, decoder=stream), stream
-    if stream is not None:
-        log.info("the world state has no %s decoder cache; decoding starts afresh (the first frames warm up)", decoder)
-    return load_world_state(world, pipe, identity=identity), stream
 
 
 __all__ = [

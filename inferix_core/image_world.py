@@ -55,6 +55,28 @@ def takes_prompt_and_image(world_model: Any) -> bool:
     return bool(getattr(getattr(world_model, "config", None), "has_image_input", False))
 
 
+START_ROLES = ("prompt_and_image", "ti2v", "image_world")
+
+
+def start_image_role(world_model: Any, start_image: Any) -> str | None:
+    """What a start image is to this model, decided once for every client (facade, session, branching):
+
+    "prompt_and_image": Wan 2.1 I2V (cond_concat per block + CLIP tokens beside the prompt, `StartImageInputs`);
+    "ti2v": Wan 2.2 TI2V / LongLive 2.0 (the image's latent is the clean first latent of block 0);
+    "image_world": Matrix-Game 2.0 (start image, CLIP tokens instead of text, keyboard/mouse rows,
+    `MatrixGameInputs`), also with no image given (it is then refused there, naming the input);
+    None: a text-only model and no image.
+    """
+    if takes_prompt_and_image(world_model):
+        return "prompt_and_image"
+    cfg = getattr(world_model, "config", None)
+    if start_image is not None and getattr(cfg, "model_type", None) == "ti2v":
+        return "ti2v"
+    if start_image is not None or takes_start_image(world_model):
+        return "image_world"
+    return None
+
+
 def visual_tokens(clip_vision: Any, pixels: torch.Tensor) -> torch.Tensor:
     """CLIP tokens of the start pixels from a CLIPVisionEncoder, a file/folder path, a CLIP_VISION_OUTPUT or a tensor."""
     from .vision import CLIPVisionEncoder, tokens_from_clip_vision_output
@@ -245,6 +267,6 @@ class StartImageInputs:
 
 
 __all__ = [
-    "DEFAULT_SIZE", "MatrixGameInputs", "StartImageInputs", "image_world_extra", "resume_image_world",
-    "takes_prompt_and_image", "takes_start_image", "visual_tokens",
+    "DEFAULT_SIZE", "START_ROLES", "MatrixGameInputs", "StartImageInputs", "image_world_extra", "resume_image_world",
+    "start_image_role", "takes_prompt_and_image", "takes_start_image", "visual_tokens",
 ]  # fmt: skip

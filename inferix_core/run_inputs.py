@@ -15,12 +15,12 @@ import torch
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from .controls import ControlChannel
 from .errors import ConfigError
+from .image_conditioning import resized_image_frames
 from .image_world import (
     MatrixGameInputs,
     StartImageInputs,
     resume_image_world,
-    takes_prompt_and_image,
-    takes_start_image,
+    start_image_role,
 )
 from .models.registry import WorldModel
 from .pipeline import SamplingConfig
@@ -58,7 +58,7 @@ LONGLIVE2_SCENE_CUT_PREFIX = SCENE_CUT_PREFIX
 
 def is_image_run(world_model: WorldModel, start_image: Any) -> bool:
     """Whether a run is steered by a start image and keyboard/mouse actions (Matrix-Game 2.0)."""
-    return start_image is not None or takes_start_image(world_model)
+    return start_image_role(world_model, start_image) == "image_world"
 
 
 def encode_run_prompt(
@@ -143,17 +143,24 @@ def resolve_inputs(
     shots: tuple[int, ...] = ()
     if sampling.shot_sinks or sampling.shot_rope_offset:  # LongLive 2.0: prefixed prompts start shots
         entries, shots = shot_entries(entries, num_blocks)
+    role = start_image_role(world_model, start_image)
+    if role == "ti2v":  # the image is the clean first latent of block 0 (as one start frame)
+        if start_frames is not None or initial_latents is not None:
+            raise ConfigError("a TI2V model starts from one image or from start frames, not both")
+        if clip_vision is not None:
+            log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
+        start_frames = resized_image_frames(start_image, height, width)
     initial_latents, clean_first = start_latents(world_model, start_frames, initial_latents, width, height, sampling)
     num_initial = 0 if initial_latents is None else initial_latents.shape[1]
     image_inputs = None
-    if takes_prompt_and_image(world_model):  # Wan 2.1 I2V: prompt (schedules too) + start image, no actions
+    if role == "prompt_and_image":  # Wan 2.1 I2V: prompt (schedules too) + start image, no actions
         if num_initial:
             raise ConfigError("a Wan 2.1 I2V model starts from its start image; it takes no start frames")
         if actions is not None:
             raise ConfigError("a Wan 2.1 I2V model takes no actions; drop the action schedule")
         image_inputs = StartImageInputs(world_model, start_image, width, height, clip_vision)
         per_block = image_inputs.for_block
-    elif is_image_run(world_model, start_image):
+    elif role == "image_world":
         if num_initial or isinstance(prompt, PromptSchedule):
             raise ConfigError("an image-started model takes neither start frames nor a prompt schedule")
         image_inputs = MatrixGameInputs(world_model, start_image, width, height, clip_vision)

@@ -21,23 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .api import (
-    ProfiledHooks,
-    actions_to_tensor,
-    decode_to_sinks,
-    encode_prompt,
-    encode_run_prompt,
-    first_frame_encoder_for,
-    is_image_run,
-    latent_size,
-    profile_block_end,
-    run_pipeline,
-    run_stream_decoder,
-)
 from .branching import Future, LiveBranch, check_branchable
 from .cache import KVCacheConfig
-from .conditioning import encode_start_frames
+from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from .controls import Control, LiveControls, block_rows
+from .engine import BlockInput, Engine, Stream
 from .errors import ConfigError
 from .image_conditioning import resized_image_frames
 from .image_world import (
@@ -45,23 +33,17 @@ from .image_world import (
     StartImageInputs,
     image_world_extra,
     resume_image_world,
-    takes_prompt_and_image,
+    start_image_role,
 )
 from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from .pipeline import SamplingConfig
-from .pipeline.block_diffusion import SeededNoise
+from .pipeline.frames import keep_resident
 from .pipeline.recache import RECACHE_STYLES
 from .profiling import NullProfiler
+from .run_inputs import encode_run_prompt
 from .schedules import SCENE_CUT_PREFIX
 from .sinks.live import InputQueue
-from .world_state import (
-    WorldState,
-    capture_world_state,
-    history_from,
-    history_tensors,
-    load_world_state,
-    model_identity,
-)
+from .world_state import WorldState
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +68,6 @@ class SessionBlock:
     denoise_s: float
     decode_s: float
     recache_s: float  # time spent re-caching the window at this boundary (0 without a switch)
-
-
-@dataclass(frozen=True)
-class _CachedBlock:
-    """Clean latents of a block whose frames may still be in the KV cache: what a re-cache re-runs."""
-
-    start: int
-    latents: torch.Tensor  # (B, n, C, h, w)
-    action: torch.Tensor | None  # (B, n, A) as the block was generated with
 
 
 class InteractiveSession:
@@ -167,19 +140,18 @@ class InteractiveSession:
         if self.recache_style not in RECACHE_STYLES:
             raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
         self.hold_actions = hold_actions
-        self.sinks = list(sinks)
-        # image-started keyboard/mouse models: start-image conditioning, an action track and live controls
+        # the start image, decided once (image_world.start_image_role): Wan 2.1 I2V's cond_concat per block and
+        # CLIP tokens beside the prompt; Matrix-Game's start image, action track and live controls; TI2V's clean
+        # first latent (below)
         self._image: MatrixGameInputs | None = None
         self._controls: LiveControls | None = None
-        # Wan 2.1 I2V: the start image's cond_concat per block and its CLIP tokens beside the prompt
         self._start: StartImageInputs | None = None
-        ti2v_start = start_image is not None and world_model.config.model_type == "ti2v"
-        if takes_prompt_and_image(world_model):
+        role = start_image_role(world_model, start_image)
+        if role == "prompt_and_image":
             self._start = StartImageInputs(world_model, start_image, width, height, clip_vision)
-        elif ti2v_start:  # Wan 2.2 TI2V / LongLive 2.0: the image is the clean first latent of block 0 (below)
-            if clip_vision is not None:
-                log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
-        elif is_image_run(world_model, start_image):
+        elif role == "ti2v" and clip_vision is not None:
+            log.info("a TI2V model starts from the image's latent alone; the CLIP vision input is ignored")
+        elif role == "image_world":
             self._image = MatrixGameInputs(world_model, start_image, width, height, clip_vision)
             self._controls = LiveControls(self._image.spec)
             if world_state is not None:  # the saved action rows, after checking the start image is the world's
@@ -203,27 +175,26 @@ class InteractiveSession:
             }
         )
         lat_h, lat_w = latent_size(world_model, width, height)
-        sampling = sampling or world_model.sampling
-        self._first_frame_encoder = first_frame_encoder_for(world_model, sampling)  # Krea's keep_first_frame=False
-        self.pipeline = run_pipeline(world_model, sampling, cache, self._first_frame_encoder)
+        # the engine: the block loop (pipeline, Krea's pixel window, decoder choice, profiler)
+        self.engine = Engine(world_model, sampling, cache, decoder=decoder, decode=decode, profiler=self.profiler)
+        self.pipeline = self.engine.pipeline
         with self.profiler.stage("text_encode"):
             if self._image is None and world_state is not None and "extra.context" in world_state.tensors:
                 context = world_state.tensors["extra.context"]  # the saved prompt stays
                 prompt = world_state.header["extra"].get("prompt", "<saved>")
             else:  # an image model's CLIP tokens take the place of text
                 context, _ = encode_run_prompt(world_model, prompt, self._image, encode=self._encode)
-        if world_state is None:  # a resumed world's state is built by `_resume`, below
-            image = self._start.visual_context if self._start is not None else None
-            self.state = self.pipeline.start_stream(context, lat_h, lat_w, noise=SeededNoise(seed), image_context=image)
-            if ti2v_start:  # as generate_video's start_frames for a TI2V model: one frame, encoded by the VAE
-                one = dataclasses.replace(self.pipeline.sampling, block_frames=1)
-                frames = resized_image_frames(start_image, height, width)
-                self.state.clean_prefix = encode_start_frames(world_model, frames, width, height, one)
         self._context = context  # the conditioning in force; a switch to an equal one costs nothing
         self.prompt = "<embedding>" if isinstance(prompt, torch.Tensor) else prompt
-        # 2. a streaming decoder that keeps its causal cache across blocks
-        self._decoder = run_stream_decoder(world_model, decoder, self._first_frame_encoder) if decode else None
-        self._decoder_kind = decoder
+        if world_state is None:  # a resumed world's stream is built by `_resume`, below
+            prefix = None
+            if role == "ti2v":  # as generate_video's start image for a TI2V model: one frame, encoded by the VAE
+                one = dataclasses.replace(self.pipeline.sampling, block_frames=1)
+                frames = resized_image_frames(start_image, height, width)
+                prefix = encode_start_frames(world_model, frames, width, height, one)
+            image = self._start.visual_context if self._start is not None else None
+            self._stream = self.engine.open(context, lat_h, lat_w, seed=seed, image_context=image,
+                                            clean_prefix=prefix, sinks=sinks)  # fmt: skip
         self.at_boundary = True  # False while a block is being generated (its cache is half written)
         self.save_requests = 0  # "save" inputs seen (`inferix play` saves the world at those boundaries)
         # 3. input state: events wait in _pending until a boundary consumes them
@@ -231,7 +202,6 @@ class InteractiveSession:
         # queued actions, one per coming block; bounded, the oldest go first, so a key pressed now is seen soon
         self._actions: deque[str] = deque(maxlen=MAX_QUEUED_ACTIONS)
         self._last_action: str | None = None
-        self._history: list[_CachedBlock] = []
         self.paused = False
         self.stopped = False
         self.closed = False
@@ -246,12 +216,23 @@ class InteractiveSession:
         self._branch_action: torch.Tensor | None = None
         self._branch_actions: list[torch.Tensor | None] = []  # each branched block's action, for the kept history
         if world_state is not None:
-            self._resume(world_state)
+            self._resume(world_state, sinks)
+
+    # -- the stream the engine runs (state, decoder, sinks, resident blocks) -----------------------------
+    @property
+    def state(self):
+        """The pipeline's stream state: KV cache, prompt K/V, noise, position."""
+        return self._stream.state
+
+    @state.setter
+    def state(self, state) -> None:
+        self._stream.state = state
+
+    @property
+    def sinks(self) -> list:
+        return self._stream.sinks
 
     # -- saving and resuming the world ---------------------------------------------------------------
-    def _identity(self) -> dict[str, Any]:
-        return model_identity(self.world_model.transformer, self.world_model.family)
-
     def capture_world(self) -> WorldState:
         """The world as it is at this block boundary (`world_state.WorldState`, CPU copies)."""
         if not self.at_boundary:
@@ -259,16 +240,10 @@ class InteractiveSession:
                 f"block {self.state.next_block} was interrupted half-way, so its KV cache is half written; a world "
                 "can only be saved between blocks (stop with the page's stop button, a save input or --max-blocks)"
             )
-        meta, hist = history_tensors([(b.start, b.latents, b.action) for b in self._history])
-        extra = {"history": meta, "prompt": self.prompt, "last_action": self._last_action,
-                 "decoder_kind": self._decoder_kind if self._decoder is not None else None}  # fmt: skip
+        extra, rows = {"prompt": self.prompt, "last_action": self._last_action}, {}
         if self._image is not None:  # Matrix-Game: the action rows read so far and the start image's prints
             extra["image_world"], rows = image_world_extra(self._image, self.state.next_frame)
-            hist.update(rows)
-        return capture_world_state(
-            self.pipeline, self.state, identity=self._identity(), decoder=self._decoder, extra=extra,
-            extra_tensors={"context": self._context, **hist},
-        )  # fmt: skip
+        return self.engine.capture(self._stream, extra=extra, extra_tensors={"context": self._context, **rows})
 
     def save_world(self, path) -> Any:
         """Write the world to `path` (never overwriting; a taken name gets the next number); returns the path."""
@@ -276,23 +251,14 @@ class InteractiveSession:
 
         return write_world_state(path, self.capture_world())
 
-    def _resume(self, world: WorldState) -> None:
-        extra = world.header["extra"]
-        with_decoder = self._decoder is not None and world.header.get("decoder") is not None
-        if with_decoder and extra.get("decoder_kind") != self._decoder_kind:
-            with_decoder = False
-        if self._decoder is not None and not with_decoder:
-            log.info("the world state has no %s decoder cache; decoding starts afresh", self._decoder_kind)
-        self.state = load_world_state(
-            world, self.pipeline, identity=self._identity(), decoder=self._decoder if with_decoder else None
-        )
-        dev = self.pipeline.device
-        self._context = self._context.to(dev)
+    def _resume(self, world: WorldState, sinks) -> None:
+        state, decoder, history = self.engine.resume(world)
+        self._stream = Stream(state, decoder, list(sinks), history)
+        self._context = self._context.to(self.pipeline.device)
         if "extra.context" not in world.tensors:  # saved at the stream level: the given prompt takes over
             log.info("the world state does not name its prompt; continuing under the session's prompt")
             self.pipeline.set_prompt(self.state, self._context)
-        self._history = [_CachedBlock(s, x, a) for s, x, a in history_from(world, dev)]
-        self._last_action = extra.get("last_action")
+        self._last_action = world.header["extra"].get("last_action")
         self.prompt_log = [(self.state.next_block, self.prompt)]
         log.info("resumed a world at block %d (frame %d)", self.state.next_block, self.state.next_frame)
 
@@ -381,36 +347,25 @@ class InteractiveSession:
             action = None if name is None else actions_to_tensor(self.world_model, [name], n)
         if self._branch is not None:
             return self._branch_step(name, action)
-        # 3. denoise the block; its clean K/V are written after the decode below, so the frames are out one
-        # transformer call sooner (an interrupt in between leaves a half-written cache)
+        # 3. the engine's block: denoise, decode to the sinks, then the clean K/V (after the decode, so the frames
+        # are out one transformer call sooner; an interrupt before that leaves a half-written cache)
         self.at_boundary = False
         new_shot, self._new_shot = self._new_shot, False
-        out = self.pipeline.denoise_block(
-            self.state, action, ProfiledHooks(self.profiler), new_shot=new_shot, defer_context_pass=True
-        )
+        out = self.engine.step(self._stream, BlockInput(action=action, new_shot=new_shot))
+        self.at_boundary = True
         self._last_action = name if name is not None else self._last_action
         self.action_log.append(name)
-        self._remember(out.start_frame, out.latents, action)
-        self.at_boundary = True
-        # 4. decode and hand to the sinks
-        frames, decode_s = None, 0.0
-        if self._decoder is not None:
-            frames, decode_s, _ = decode_to_sinks(
-                self._decoder, out.latents, out.index, self.sinks, self.profiler, first_frame_alone=True
-            )  # split only while the decoder starts its stream (a new world's first block)
-        self.pipeline.settle(self.state)  # the block's context pass: nothing outside step() sees it pending
-        profile_block_end(self.profiler, self.state.cache, out.index, frames)
         switched = len(self.prompt_log) > 1 and self.prompt_log[-1][0] == out.index
         return SessionBlock(
             out.index,
             out.start_frame,
             out.latents,
-            frames,
+            out.frames,
             name,
             self.prompt,
             switched,
-            out.seconds,
-            decode_s,
+            out.denoise_s,
+            out.decode_s,
             recache_s,
         )
 
@@ -454,9 +409,7 @@ class InteractiveSession:
                         "before stopping to write it)", self._branch.num_futures, len(self._branch_actions))  # fmt: skip
             self._branch.drop()
             self._branch = None
-        for sink in self.sinks:
-            sink.close()
-        self.profiler.on_run_end()
+        self.engine.close(self._stream)
 
     def __enter__(self) -> InteractiveSession:
         return self
@@ -536,10 +489,8 @@ class InteractiveSession:
             log.info("the new prompt gives the same conditioning; the cache is kept as it is")
             return time.perf_counter() - t0
         self._context = context
-        self.pipeline.set_prompt(self.state, context)
-        if not self.hard_switch:
-            with self.profiler.stage("recache"):
-                self.recache()
+        if self.engine.switch_prompt(self._stream, context, "none" if self.hard_switch else self.recache_style):
+            self.num_recaches += 1
         return time.perf_counter() - t0
 
     def _caption_after_shot_start(self) -> None:
@@ -566,16 +517,9 @@ class InteractiveSession:
         after the sink blocks the cache restarts at the window's first block. Costs one transformer call
         per resident block. Every cache kind can skip frames (KVCache.restart), so it returns True.
         """
-        before = self.state.cache.resident_frames()
-        resident = set(before)
-        blocks = [b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))]
-        if not blocks:
-            return True
-        first = self.pipeline.recache(self.state, [(b.start, b.latents, b.action) for b in blocks], self.recache_style)
-        self.num_recaches += 1
-        log.debug(
-            "re-cached frames %d..%d (%s) under the new prompt", first, self.state.next_frame - 1, self.recache_style
-        )
+        if self.engine.recache(self._stream, self.recache_style):
+            self.num_recaches += 1
+            log.debug("re-cached the resident frames up to %d (%s)", self.state.next_frame - 1, self.recache_style)
         return True
 
     # -- "branch here" ---------------------------------------------------------------------------------
@@ -611,7 +555,7 @@ class InteractiveSession:
             futs.append(Future(context=None if text is None else self._encode(text), seed=seed,
                                actions=lambda start, n: self._branch_action, name=text or self.prompt))  # fmt: skip
         try:
-            self._branch = LiveBranch(self.pipeline, self.state, futs, self._decoder)
+            self._branch = LiveBranch(self.pipeline, self.state, futs, self._stream.decoder)
         except ConfigError as exc:  # e.g. an offloaded or quantized cache: say so, keep streaming
             log.warning("cannot branch here: %s", exc)
             return False
@@ -637,7 +581,7 @@ class InteractiveSession:
         state, decoder, fork, frames = branch.pick(index)
         self.state = state
         if decoder is not None:
-            self._decoder = decoder
+            self._stream.decoder = decoder
         if fork.future.context is not None:
             self._context, self.prompt = fork.future.context, self._branch_labels[index]
             self.prompt_log.append((fork.state.next_block - len(fork.blocks), self.prompt))
@@ -670,11 +614,7 @@ class InteractiveSession:
 
     def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:
         """Keep the clean latents of blocks with resident frames (sink blocks included); drop the rest."""
-        self._history.append(_CachedBlock(start, latents, action))
-        resident = set(self.state.cache.resident_frames())
-        self._history = [
-            b for b in self._history if resident.intersection(range(b.start, b.start + b.latents.shape[1]))
-        ]
+        self._stream.history = keep_resident([*self._stream.history, (start, latents, action)], self.state.cache)
 
 
 __all__ = ["InteractiveSession", "SessionBlock"]

@@ -25,8 +25,9 @@ from ..errors import ConfigError, ShapeMismatchError
 from ..parallel import head_shards, maybe_enable_sequence_parallel
 from ..scheduler import FlowMatchScheduler, SamplingConfig, make_scheduler
 from ..tensors import to_device_async
-from .frames import check_clean_prefix, initial_block_ranges, keep_resident
+from .frames import check_clean_prefix
 from .graphs import graph_runner
+from .loop import stream_request
 from .recache import recache, recache_window
 from .types import (
     BlockOutput,
@@ -89,7 +90,8 @@ class BlockDiffusionPipeline:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
-    def _check(self, req: GenerationRequest) -> None:
+    def check_request(self, req: GenerationRequest) -> None:
+        """Refuse a request this model cannot run (sizes, conditioning width, actions), before any model work."""
         cfg = self.model.config
         cfg.frame_tokens(req.latent_height, req.latent_width)  # raises if not divisible by the patch
         if req.num_blocks < 1:
@@ -109,67 +111,11 @@ class BlockDiffusionPipeline:
 
     @torch.no_grad()
     def stream(self, request: GenerationRequest, hooks: PipelineHooks | None = None) -> Iterator[BlockOutput]:
-        hooks = hooks or PipelineHooks()
-        self._check(request)
-        cfg, n = self.model.config, self.sampling.block_frames
-        h, w, bsz = request.latent_height, request.latent_width, request.batch_size
-        num_initial = 0 if request.initial_latents is None else request.initial_latents.shape[1]
-        total_frames = num_initial + request.num_blocks * n
-        shape = (bsz, request.num_blocks * n, cfg.out_dim, h, w)
+        """The request's blocks, headless: the one block body (`loop.advance`) per block (pipeline/loop.py).
 
-        # 1. plan the cache and 2. encode the prompt once (cross-attention K/V per layer)
-        if request.resume_state is not None:  # a saved world: its cache, prompt, noise and position
-            if num_initial:
-                raise ConfigError("a resumed world continues from its own frames; pass no initial latents")
-            state = request.resume_state
-        else:
-            noise = request.noise or SeededNoise(request.seed, total_shape=shape)
-            state = self.start_stream(request.context, h, w, batch_size=bsz, noise=noise, max_frames=total_frames,
-                                      image_context=request.image_context)  # fmt: skip
-            state.clean_prefix = request.clean_first_latents
-        schedule = dict(request.prompt_schedule)
-        # what a caller needs to save the world after any block (world_state.capture_world_state)
-        self.stream_state = state
-
-        recache = request.recache_on_switch and bool(schedule)
-        shots = set(request.shot_blocks)
-        if 0 in shots or (shots and recache):
-            raise ConfigError("shot_blocks start at block 1 and cannot be combined with a re-cache on prompt switches")
-        # clean blocks still in the cache (a re-cache re-runs them); kept for a saved world too
-        history: list[tuple[int, torch.Tensor, torch.Tensor | None]] = list(request.resume_history)
-        self.stream_history = history
-
-        # 3. initial (given) frames: context passes only, as the reference does for an initial latent
-        for i, (a, b) in enumerate(initial_block_ranges(num_initial, n, self.sampling.independent_first_frame)):
-            t0 = time.perf_counter()
-            latents = request.initial_latents[:, a:b].to(self.device)
-            action = self._actions(request, a, b - a)
-            self.context_pass(state, latents, a, action)
-            state.next_frame = b
-            if recache or request.keep_history:
-                history = keep_resident([*history, (a, latents, action)], state.cache)
-                self.stream_history = history
-            yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True)
-
-        # 4. generated blocks. Each block is handed out before its context pass, which runs when the consumer
-        # asks for the next block (or calls `settle()`): the frames reach the decoder one transformer call
-        # sooner, and every later call sees the cache written (DeferredContextPass).
-        for index in range(request.num_blocks):
-            action = self._actions(request, state.next_frame, n)
-            context = schedule.get(index)
-            if context is not None and recache and history:
-                self.set_prompt(state, context)
-                context = None
-                self.recache_window(state, history)
-            out = self.denoise_block(
-                state, action, hooks, context=context, new_shot=index in shots, defer_context_pass=True
-            )
-            if recache or request.keep_history:
-                history = keep_resident([*history, (out.start_frame, out.latents, action)], state.cache)
-                self.stream_history = history
-            yield out
-        if request.final_context_pass:
-            self.settle(state)
+        Each block is handed out before its context pass, which runs when the consumer asks for the next block
+        (or calls `settle()`): every later call sees the cache written (DeferredContextPass)."""
+        return stream_request(self, request, hooks or PipelineHooks())
 
     def settle(self, state: StreamState | None = None) -> None:
         """Write the K/V of the block `stream()` handed out last, if its context pass is still pending.
@@ -460,7 +406,7 @@ class BlockDiffusionPipeline:
         )
         return flow.permute(0, 2, 1, 3, 4)  # (B, nf, C, H, W)
 
-    def _actions(self, request: GenerationRequest, start: int, num_frames: int) -> torch.Tensor | None:
+    def actions_for(self, request: GenerationRequest, start: int, num_frames: int) -> torch.Tensor | None:
         if request.actions is None:
             return None
         if hasattr(request.actions, "for_block"):  # block conditioning (Matrix-Game): the object slices itself
