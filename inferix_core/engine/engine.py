@@ -190,6 +190,7 @@ class Engine:
         return state, decoder, history
 
     # -- the block body ----------------------------------------------------------------------------------
+    @torch.no_grad()
     def step(
         self, stream: Stream, block: BlockInput | None = None, hooks: GenerationHooks | None = None, *, commit=True
     ) -> EngineBlock:
@@ -200,6 +201,7 @@ class Engine:
         )
         return self.emit(stream, out, hooks, commit=commit)
 
+    @torch.no_grad()
     def emit(self, stream: Stream, out: BlockOutput, hooks: GenerationHooks | None, *, commit: bool) -> EngineBlock:
         """A made block to the decoder and sinks, then the profiler and hooks."""
         frames, decode_s = None, 0.0
@@ -220,22 +222,26 @@ class Engine:
         return EngineBlock(out.index, out.start_frame, out.latents, frames, out.seconds, decode_s,
                            is_initial=out.is_initial)  # fmt: skip
 
+    @torch.no_grad()
     def switch_prompt(self, stream: Stream, context: torch.Tensor, recache: str = "none") -> bool:
         """A new prompt from the next block on; with `recache` ("window", "blocks") the resident blocks' K/V are
         re-written under it (the profiler's `recache` stage). Returns whether a re-cache ran."""
         with self.profiler.stage("recache") if recache != "none" else contextlib.nullcontext():
             return switch_prompt(self.pipeline, stream.state, context, recache, stream.history)
 
+    @torch.no_grad()
     def recache(self, stream: Stream, style: str) -> bool:
         """Re-write the resident blocks' K/V under the prompt in force ("window" or "blocks"); whether one ran."""
         with self.profiler.stage("recache"):
             return recache_resident(self.pipeline, stream.state, style, stream.history)
 
+    @torch.no_grad()
     def settle(self, stream: Stream) -> None:
         """Run the last block's pending context pass (its K/V written), if any."""
         self.pipeline.settle(stream.state)
 
     # -- a finite run ------------------------------------------------------------------------------------
+    @torch.no_grad()
     def run(self, stream: Stream, request: GenerationRequest, hooks: GenerationHooks | None = None) -> VideoResult:
         """The request's given frames then its blocks through `step`, each decoded and at the sinks as soon as it
         is clean; the last block's context pass only with `request.final_context_pass`. The sinks are closed at
@@ -277,6 +283,7 @@ class Engine:
         )
 
     # -- between blocks --------------------------------------------------------------------------------
+    @torch.no_grad()
     def capture(
         self, stream: Stream, *, extra: dict[str, Any] | None = None, extra_tensors: dict | None = None
     ) -> WorldState:

@@ -144,6 +144,7 @@ def advance(
     return out, history
 
 
+@torch.no_grad()
 def stream_request(pipe: Any, request: GenerationRequest, hooks: PipelineHooks) -> Iterator[BlockOutput]:
     """`BlockDiffusionPipeline.stream`: the request's blocks, headless (no decoder, no sinks)."""
     state = open_request(pipe, request)
