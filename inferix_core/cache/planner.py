@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CacheBudgetError
+from ..vae.cost import estimated_memory, estimated_vae_bytes
 from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
 from .fork_plan import ForkPlan, fork_pages, plan_forks
 from .plan_costs import (
@@ -297,10 +298,8 @@ def _vae_memory(latent_channels, latent_h, latent_w, batch, elem, vae_dim, vae_b
     if vae_bytes is not None:
         return VAEMemory.fixed(vae_bytes)
     if latent_channels == 48:  # the Wan 2.2 VAE: its own estimate (vae.config)
-        from ..vae.config import estimated_vae_bytes
-
         return VAEMemory.fixed(estimated_vae_bytes(48, latent_h, latent_w, 1, batch, elem))
-    return VAEMemory.estimated(latent_h, latent_w, batch, elem, vae_dim)
+    return estimated_memory(latent_h, latent_w, batch, elem, vae_dim)
 
 
 def _choose_decode(plan: MemoryPlan, vae: VAEMemory, slicing: DecodeSlicing | None) -> DecodeMemory:
