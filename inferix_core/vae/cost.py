@@ -7,9 +7,12 @@ The top of `vae/`: it builds a `WanVAE` to count it, so no module of the package
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
+from ..memory import Cost, PlanInput
 from .config import WAN22_VAE_PARAMETERS, WanVAEConfig
 from .memory import VAEMemory, wan_decode_working_set_bytes
 from .options import CUDA_STREAM_SLICING, DecodeSlicing, VAEDecodeOptions
@@ -62,3 +65,25 @@ def estimated_vae_bytes(
         return est.weights_bytes + est.decode(latent_frames).working_set_bytes
     working = wan_decode_working_set_bytes(256, latent_h, latent_w, min(latent_frames, 1), batch, elem_bytes)
     return WAN22_VAE_PARAMETERS * elem_bytes + working
+
+
+@dataclass(frozen=True)
+class DecoderCost:
+    """The decoder's cost row for `memory.compose`: per slicing (fastest first), its weights and decode state
+    kept, one block decode transient; `option` is the `DecodeMemory` (None for a decoder of one fixed number)."""
+
+    vae: VAEMemory
+    slicings: tuple[DecodeSlicing, ...]
+    name: str = "decoder"
+
+    def options(self, given: PlanInput) -> Sequence[Cost]:
+        if self.vae.fixed_bytes is not None:  # its own estimate: kept for the whole run, nothing to choose
+            return [Cost(self.name, self.vae.fixed_bytes, 0, label="the decoder's own estimate", exact=False)]
+        rows = []
+        for slicing in self.slicings:
+            d = self.vae.decode(given.block_frames, slicing)
+            label = slicing.describe(given.block_frames)
+            rows.append(
+                Cost(self.name, self.vae.weights_bytes + d.state_bytes, d.transient_bytes, 0, d, label, True, d.formula)
+            )
+        return rows
