@@ -7,6 +7,9 @@ requested cache configuration if it fits or picks the first feasible alternative
 then int4 pages, then a shorter window: exactness first). It allocates nothing. KV cache bytes are exact
 (the formulas the stores allocate with), the Wan VAE's are counted (vae/memory.py), activations are an
 estimate that errs high (docs/memory.md, "How the planner adds up").
+
+The choosing is `memory.compose`'s: the transformer and KV rows (cache/cost.py), the decoder's (vae/cost.py), the
+CUDA context and a resident text encoder as fixed rows; `memory_plan` turns the composed plan into this report.
 """
 
 from __future__ import annotations
