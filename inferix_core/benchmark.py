@@ -250,11 +250,11 @@ def bench_vae_memory(cfg: BenchConfig):
     bench decodes with; None for the others (the planner's own estimate)."""
     if not cfg.vae_decode or cfg.decoder != "wan" or PRESETS[cfg.preset]["config"].in_dim == 48:
         return None
-    from .vae.config import VAEDecodeOptions
-    from .vae.memory import VAEMemory
+    from .vae.cost import estimated_memory
+    from .vae.options import VAEDecodeOptions
 
     preset = PRESETS[cfg.preset]
-    return VAEMemory.estimated(
+    return estimated_memory(
         preset["latent_height"], preset["latent_width"], 1, DTYPES[cfg.dtype].itemsize,
         96 if cfg.preset in FULL_SIZE_PRESETS else 4, options=bench_vae_decode_options(cfg) or VAEDecodeOptions(),
         cuda=torch.device(cfg.device).type == "cuda", slicing=bench_decode_slicing(cfg),

@@ -70,7 +70,8 @@ def test_the_wan_vae_streams_with_the_loaders_cuda_slicing(monkeypatch):
     do the benchmark's decoder and the planner's estimate; on the CPU and for the Wan 2.2 VAE, whole blocks."""
     from inferix_core.benchmark import bench_vae_memory
     from inferix_core.vae import Wan22VAE, Wan22VAEConfig
-    from inferix_core.vae.memory import CUDA_STREAM_SLICING, DecodeSlicing, VAEMemory
+    from inferix_core.vae.cost import estimated_memory
+    from inferix_core.vae.memory import CUDA_STREAM_SLICING, DecodeSlicing
 
     built = {"wan": lambda: WanVAE(WanVAEConfig(dim=4)), "wan22": lambda: Wan22VAE(Wan22VAEConfig(dim=2, dec_dim=4))}
     kind = "wan"
@@ -86,8 +87,8 @@ def test_the_wan_vae_streams_with_the_loaders_cuda_slicing(monkeypatch):
     assert registry.loader_vae_stream_slicing(WanVAE(WanVAEConfig(dim=4)), "cuda") == CUDA_STREAM_SLICING
     assert bench_vae_memory(cfg).default == CUDA_STREAM_SLICING
     assert bench_vae_memory(BenchConfig(preset="tiny", vae_decode=True, vae_slicing="whole")).default == DecodeSlicing()
-    assert VAEMemory.estimated(60, 104, 1, 2).default == CUDA_STREAM_SLICING
-    assert VAEMemory.estimated(60, 104, 1, 2, cuda=False).default == DecodeSlicing()
+    assert estimated_memory(60, 104, 1, 2).default == CUDA_STREAM_SLICING
+    assert estimated_memory(60, 104, 1, 2, cuda=False).default == DecodeSlicing()
 
 
 def test_bench_cuda_graphs_flag_on_cpu_is_refused_and_reported(tmp_path, capsys):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import CacheBudgetError, ConfigError
+from ..memory import Fixed, MemoryPlan, PlanInput, compose
 from .paged import planned_pages
 from .plan_costs import activation_bytes, element_bytes, format_bytes, kv_spec, transformer_weight_bytes
 from .spec import KVCacheConfig, KVCacheSpec
@@ -61,13 +62,24 @@ class ForkPlan:
     def kv_bytes(self) -> int:
         return self.num_pages * self.page_bytes
 
+    def composed(self) -> MemoryPlan:
+        """The same rows through `memory.compose` (one option each: nothing gives way)."""
+        given = PlanInput(0, 0, 1, None, streams=self.num_futures, shared_pages=self.shared_pages,
+                          budget_bytes=self.budget_bytes)  # fmt: skip
+        parts = [
+            Fixed("transformer", self.weights_bytes, self.activation_bytes),
+            Fixed("decoder", self.decoder_bytes),
+            Fixed("kv cache", self.kv_bytes),
+        ]
+        return compose(given, parts)
+
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.activation_bytes + self.decoder_bytes + self.kv_bytes
+        return self.composed().peak_bytes
 
     @property
     def fits(self) -> bool:
-        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+        return self.composed().fits
 
     def check(self) -> ForkPlan:
         if not self.fits:

@@ -7,6 +7,9 @@ requested cache configuration if it fits or picks the first feasible alternative
 then int4 pages, then a shorter window: exactness first). It allocates nothing. KV cache bytes are exact
 (the formulas the stores allocate with), the Wan VAE's are counted (vae/memory.py), activations are an
 estimate that errs high (docs/memory.md, "How the planner adds up").
+
+The choosing is `memory.compose`'s: the transformer and KV rows (cache/cost.py), the decoder's (vae/cost.py), the
+CUDA context and a resident text encoder as fixed rows; `memory_plan` turns the composed plan into this report.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CacheBudgetError
+from ..memory import Fixed, PlanInput, compose
+from ..vae.cost import DecoderCost, estimated_memory, estimated_vae_bytes
 from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
+from .cost import KV, TRANSFORMER, KVCost, TransformerCost
 from .fork_plan import ForkPlan, fork_pages, plan_forks
 from .plan_costs import (
     ALLOCATOR_HEADROOM_FRACTION,
@@ -44,6 +50,8 @@ from .plan_costs import (
 from .spec import KVCacheConfig, KVCacheSpec
 
 log = logging.getLogger(__name__)
+
+DECODER, CONTEXT, TEXT = "decoder", "cuda context", "text encoder"  # the other rows' names
 
 __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan_costs and fork_plan
     "ALLOCATOR_HEADROOM_FRACTION",
@@ -263,26 +271,51 @@ def plan_memory(
     elem = element_bytes(dtype)
     spec = kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames)
     cache_config.check_block(block_frames)
-    weights = transformer_weight_bytes(cfg, elem, resident_blocks, fp8_block_weights)
-    acts = activation_bytes(cfg, spec, cache_config)
     vae = _vae_memory(cfg.in_dim, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory)
-    requested_cost = cache_cost(cache_config, spec)
-    plan = MemoryPlan(
-        budget_bytes, weights, acts, 0, cache_config, requested_cost, cache_config, requested_cost, "",
-        vae_weights_bytes=vae.weights_bytes, block_frames=block_frames, decode_overlaps=decode_overlaps,
-        non_torch_bytes=non_torch_bytes,
-    )  # fmt: skip
-    if vae.fixed_bytes is not None:  # a decoder of its own estimate: kept for the whole run, nothing to choose
-        plan.vae_bytes = vae.fixed_bytes
+    if decode_slicing is not None or budget_bytes is None:
+        slicings = (vae.default if decode_slicing is None else decode_slicing,)
     else:
-        _set_decode(plan, _choose_decode(plan, vae, decode_slicing))
-    if budget_bytes is None or plan.total_bytes <= budget_bytes:
+        slicings = vae.slicings  # with a budget: the fastest that leaves the requested cache room
+    given = PlanInput(latent_h, latent_w, block_frames, max_frames, batch, dtype=dtype, budget_bytes=budget_bytes,
+                      decode_overlaps=decode_overlaps)  # fmt: skip
+    parts = [
+        TransformerCost(cfg, spec, cache_config, elem, (resident_blocks,), fp8_block_weights),
+        DecoderCost(vae, slicings),
+        KVCost(cache_config, spec),
+        Fixed(CONTEXT, non_torch_bytes),
+    ]
+    composed = compose(given, parts, give_way=(DECODER,))
+    decode = composed.cost(DECODER).option
+    if len(slicings) > 1 and decode is not None and decode.slicing != vae.default:
+        log.info("memory plan: the VAE decodes %s", decode.slicing.describe(block_frames))
+    return memory_plan(composed, cfg, spec, cache_config, vae)
+
+
+def memory_plan(composed, cfg, spec: KVCacheSpec, cache_config: KVCacheConfig, vae: VAEMemory) -> MemoryPlan:
+    """The run's MemoryPlan (its report: rows, message, the cache that fits) from the composed one."""
+    given = composed.given
+    transformer, decoder = composed.cost(TRANSFORMER), composed.cost(DECODER)
+    _, requested_cost = composed.cost(KV).option
+    decode = decoder.option
+    plan = MemoryPlan(
+        given.budget_bytes, transformer.kept_bytes, transformer.transient_bytes,
+        decoder.kept_bytes + decoder.transient_bytes, cache_config, requested_cost, cache_config, requested_cost, "",
+        vae_weights_bytes=vae.weights_bytes, decode=decode, block_frames=given.block_frames,
+        decode_overlaps=given.decode_overlaps, non_torch_bytes=composed.cost(CONTEXT).kept_bytes,
+    )  # fmt: skip
+    if composed.fits:
         if requested_cost.kind == "offload":
             plan.offload = estimate_offload(cfg, spec, cache_config)
         return plan
-    avail = budget_bytes - plan.fixed_bytes
-    window = _largest_window(dataclasses.replace(cache_config, offload="off", gpu_budget_bytes=None), spec, avail)
-    _choose_cache(plan, _cache_alternatives(cache_config, spec, avail, window), spec, avail)
+    avail = given.budget_bytes - plan.fixed_bytes
+    plan.chosen, plan.chosen_cache, window = None, None, None
+    for cost, fits in composed.fallbacks[KV]:
+        config, cache = cost.option
+        plan.candidates.append((cost.label, cost.kept_bytes, fits))
+        if fits and plan.chosen is None:
+            plan.chosen, plan.chosen_cache = config, cache
+        if cost.label.startswith("window_frames="):
+            window = config.window_frames
     if plan.chosen_cache is not None and plan.chosen_cache.kind == "offload":
         plan.offload = estimate_offload(cfg, spec, plan.chosen)
     plan.message = _budget_message(plan, avail, window) + _offload_warning(plan.offload)
@@ -296,68 +329,9 @@ def _vae_memory(latent_channels, latent_h, latent_w, batch, elem, vae_dim, vae_b
         return vae_memory
     if vae_bytes is not None:
         return VAEMemory.fixed(vae_bytes)
-    if latent_channels == 48:  # the Wan 2.2 VAE: its own estimate (vae.config)
-        from ..vae.config import estimated_vae_bytes
-
+    if latent_channels == 48:  # the Wan 2.2 VAE: its own estimate (vae.cost)
         return VAEMemory.fixed(estimated_vae_bytes(48, latent_h, latent_w, 1, batch, elem))
-    return VAEMemory.estimated(latent_h, latent_w, batch, elem, vae_dim)
-
-
-def _choose_decode(plan: MemoryPlan, vae: VAEMemory, slicing: DecodeSlicing | None) -> DecodeMemory:
-    """The decode as asked; else, with a budget, the fastest slicing whose total leaves room for the
-    requested cache (the smallest when none does); else the VAE's own."""
-    if slicing is not None or plan.budget_bytes is None:
-        return vae.decode(plan.block_frames, slicing)
-    decode = None
-    for candidate in vae.slicings:
-        decode = vae.decode(plan.block_frames, candidate)
-        _set_decode(plan, decode, vae.weights_bytes)
-        if plan.total_bytes <= plan.budget_bytes:
-            break
-    assert decode is not None
-    if decode.slicing != vae.default:
-        log.info("memory plan: the VAE decodes %s", decode.slicing.describe(plan.block_frames))
-    return decode
-
-
-def _set_decode(plan: MemoryPlan, decode: DecodeMemory, weights: int | None = None) -> None:
-    plan.decode = decode
-    plan.vae_bytes = (plan.vae_weights_bytes if weights is None else weights) + decode.working_set_bytes
-
-
-def _cache_alternatives(
-    config: KVCacheConfig, spec: KVCacheSpec, avail: int, window: int | None
-) -> list[tuple[str, KVCacheConfig]]:
-    """Cache configurations to try when the request does not fit, exactness first: offload keeps results
-    bitwise, quantization changes them a little, a shorter window changes what the model sees."""
-    options: list[tuple[str, KVCacheConfig]] = []
-    if avail > 0:
-        options.append(
-            ("offload", dataclasses.replace(config, offload="auto", gpu_budget_bytes=avail, quantization="none"))
-        )
-    base = dataclasses.replace(config, offload="off", gpu_budget_bytes=None)
-    options += [
-        ("int8", dataclasses.replace(base, quantization="int8")),
-        ("int4", dataclasses.replace(base, quantization="int4")),
-    ]
-    if window is not None:
-        options.append((f"window_frames={window}", dataclasses.replace(base, window_frames=window)))
-    return options
-
-
-def _choose_cache(plan: MemoryPlan, options: list[tuple[str, KVCacheConfig]], spec: KVCacheSpec, avail: int) -> None:
-    """The first alternative whose cache fits `avail` becomes the plan's; every one is listed as a candidate."""
-    plan.chosen, plan.chosen_cache = None, None
-    for label, option in options:
-        try:
-            cost = cache_cost(option, spec)
-        except CacheBudgetError:  # offload cannot even fit its two staging layers
-            plan.candidates.append((label, -1, False))
-            continue
-        fits = cost.device_bytes <= avail
-        plan.candidates.append((label, cost.device_bytes, fits))
-        if fits and plan.chosen is None:
-            plan.chosen, plan.chosen_cache = option, cost
+    return estimated_memory(latent_h, latent_w, batch, elem, vae_dim)
 
 
 def _budget_message(plan: MemoryPlan, avail: int, window: int | None) -> str:
@@ -398,16 +372,6 @@ def _offload_warning(est: OffloadEstimate | None) -> str:
     )
 
 
-def _largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int | None:
-    """Largest resident window (≥ sink + block) whose cache fits `avail` bytes, or None."""
-    top = spec.max_frames if config.is_global else config.window_frames
-    lowest = config.sink_frames + spec.block_frames
-    for w in range((top or lowest) - 1, lowest - 1, -1):
-        if cache_cost(dataclasses.replace(config, window_frames=w), spec).device_bytes <= avail:
-            return w
-    return None
-
-
 """Device memory outside PyTorch's allocator on a card the user names by its size (`gpu_memory`): the CUDA
 context with the kernels loaded, cuBLAS's and cuDNN's workspaces. The H200 showed 0.73 GiB of it in the
 1.3B + Wan VAE run's out-of-memory report (docs/performance.md); 0.75 GiB is that, rounded up."""
@@ -441,29 +405,39 @@ def plan_resident_blocks(
     """
     usable = budget_bytes - allocator_headroom_bytes(budget_bytes)
     num_layers = model_config.num_layers
-    vae = _vae_memory(model_config.in_dim, latent_h, latent_w, 1, element_bytes(dtype), 96, vae_bytes, vae_memory)
-    plan = None
-    for resident in range(num_layers, -1, -1):
-        for slicing in vae.slicings:
-            plan = plan_memory(
-                model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
-                max_frames=max_frames, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
-                vae_memory=vae, decode_slicing=slicing, decode_overlaps=decode_overlaps,
-                non_torch_bytes=non_torch_bytes,
-            )  # fmt: skip
-            if plan.total_bytes + other_bytes <= usable:
-                if resident < num_layers:
-                    log.info(
-                        "memory plan: %d of %d transformer blocks resident (block swap) to fit %s",
-                        resident,
-                        num_layers,
-                        format_bytes(budget_bytes),
-                    )
-                if slicing != vae.default and plan.decode is not None:
-                    log.info("memory plan: the VAE decodes %s", slicing.describe(block_frames))
-                plan.budget_bytes = budget_bytes
-                return resident, plan
-    assert plan is not None
+    elem = element_bytes(dtype)
+    vae = _vae_memory(model_config.in_dim, latent_h, latent_w, 1, elem, 96, vae_bytes, vae_memory)
+    spec = kv_spec(model_config, latent_h, latent_w, block_frames, 1, dtype, max_frames)
+    given = PlanInput(latent_h, latent_w, block_frames, max_frames, dtype=dtype, budget_bytes=usable,
+                      decode_overlaps=decode_overlaps)  # fmt: skip
+    parts = [
+        TransformerCost(model_config, spec, cache_config, elem, tuple(range(num_layers, -1, -1)), fp8_block_weights),
+        DecoderCost(vae, vae.slicings),
+        KVCost(cache_config, spec),
+        Fixed(CONTEXT, non_torch_bytes),
+        Fixed(TEXT, other_bytes),
+    ]
+    composed = compose(given, parts, give_way=(DECODER, TRANSFORMER))  # the decode gives way first: it is exact
+    resident = composed.cost(TRANSFORMER).option
+    decode = composed.cost(DECODER).option
+    slicing = vae.default if decode is None else decode.slicing
+    plan = plan_memory(
+        model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
+        max_frames=max_frames, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
+        vae_memory=vae, decode_slicing=slicing, decode_overlaps=decode_overlaps, non_torch_bytes=non_torch_bytes,
+    )  # fmt: skip
+    if composed.fits:
+        if resident < num_layers:
+            log.info(
+                "memory plan: %d of %d transformer blocks resident (block swap) to fit %s",
+                resident,
+                num_layers,
+                format_bytes(budget_bytes),
+            )
+        if slicing != vae.default and plan.decode is not None:
+            log.info("memory plan: the VAE decodes %s", slicing.describe(block_frames))
+        plan.budget_bytes = budget_bytes
+        return resident, plan
     short = plan.total_bytes + other_bytes - usable
     cache = plan.requested_cache.device_bytes
     fixes = []

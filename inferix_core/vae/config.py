@@ -13,6 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import CheckpointLayoutError, ConfigError
+from .options import VAEDecodeOptions
+
+__all__ = ["VAEDecodeOptions"]  # re-exported: it lived here before vae/options.py
 
 # Per-channel statistics of the Wan 2.1 latent space (Wan2.1 wan/modules/vae.py, WanVAE.__init__).
 # Diffusion models work on (z - mean) / std; the VAE decodes z.
@@ -260,79 +263,4 @@ class Wan22VAEConfig:
         )
 
 
-def wan_decode_working_set_bytes(
-    dim: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int
-) -> int:
-    """The Wan 2.2 VAE's decode working set estimate (not counted or calibrated yet): 8 activations of
-    `dim` channels per output pixel and frame, 4 frames per latent frame. The Wan 2.1 VAE is counted
-    exactly instead (`wan_decode_memory`)."""
-    return 8 * batch * dim * 4 * latent_frames * (8 * latent_h) * (8 * latent_w) * elem_bytes
-
-
 WAN22_VAE_PARAMETERS = 704_688_668  # Wan2.2_VAE.pth (encoder 160 wide, decoder 256): 2.82 GB in fp32
-
-
-def estimated_vae_bytes(
-    latent_channels: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int, dim: int = 96
-) -> int:
-    """Weights + streaming-decode working set of the Wan 2.2 VAE (48 latent channels) when none is at hand.
-
-    Its decoder's last stage is 256 wide at 8x the latent grid, before the 2x unpatchify, which the 8x
-    formula covers with dim 256, for one latent frame per decoder call (how `Wan22VAE` streams; an
-    estimate, not calibrated on a GPU). The Wan 2.1 VAE (16 channels) is counted instead:
-    `vae.memory.VAEMemory.estimated`.
-    """
-    if latent_channels != 48:
-        from .memory import VAEMemory
-
-        est = VAEMemory.estimated(latent_h, latent_w, batch, elem_bytes, dim)
-        return est.weights_bytes + est.decode(latent_frames).working_set_bytes
-    working = wan_decode_working_set_bytes(256, latent_h, latent_w, min(latent_frames, 1), batch, elem_bytes)
-    return WAN22_VAE_PARAMETERS * elem_bytes + working
-
-
-@dataclass(frozen=True)
-class VAEDecodeOptions:
-    """How the Wan VAE decoder runs; every option gives the reference decode up to floating-point rounding.
-
-    All off is the reference code path (the baseline of bench/bench_vae_speed.py). Each option is
-    checked against it on CPU in fp32 to 1e-5 and on CUDA in bf16 (tests/vae/test_decode_options.py);
-    none changes the model, the cache semantics or the frames returned, only speed and rounding.
-
-    Attributes:
-        channels_last: activations in `torch.channels_last_3d` (NDHWC), the layout cuDNN's tensor-core
-            kernels use natively; the decoder's conv weights are converted in place on first use (the
-            module's parameters then stay NDHWC; `state_dict()` tensors need `.contiguous()` to be saved).
-        cudnn_benchmark: autotune the cuDNN conv algorithms; set only for the duration of each decode
-            and restored afterwards (the transformer's own convs/attention are not affected).
-        fused_cache: norm + SiLU are written straight into the causal conv's padded input buffer
-            (cached frames in front) instead of norm → SiLU → `torch.cat`; the residual add is in place
-            and the temporal upsample interleaves frames with one copy. Saves ~2 full-activation passes
-            per conv.
-        subpixel_upsample: nearest 2x upsample + 3x3 conv computed as one 2x2 conv with 4x the output
-            channels on the low-resolution input, then a pixel shuffle: 16 instead of 36 MACs per output
-            pixel and channel, and the 4x upsampled input is never materialised. The 2x2 weights are sums
-            of the 3x3 ones (computed in fp32, rounded once to the weight dtype).
-        compile: `torch.compile` the norm + SiLU + padding step (one fused kernel instead of several
-            passes); implies the buffer layout of `fused_cache`. First calls compile (seconds).
-    """
-
-    channels_last: bool = False
-    cudnn_benchmark: bool = False
-    fused_cache: bool = False
-    subpixel_upsample: bool = False
-    compile: bool = False
-
-    @classmethod
-    def fast(cls, compile: bool = False) -> VAEDecodeOptions:
-        """Every option that needs no compiler (plus `compile` when asked)."""
-        return cls(channels_last=True, cudnn_benchmark=True, fused_cache=True, subpixel_upsample=True, compile=compile)
-
-    @property
-    def fused(self) -> bool:
-        """Whether the pre-conv norm + SiLU write into the padded conv buffer (eager or compiled)."""
-        return self.fused_cache or self.compile
-
-    @property
-    def is_reference(self) -> bool:
-        return self == VAEDecodeOptions()

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..compile_boundary import mark_compile_boundaries
-from .config import VAEDecodeOptions
+from .options import VAEDecodeOptions
 
 
 @dataclass

@@ -8,60 +8,28 @@ peaks; the H200's measured peaks agree with the count to 1 % (docs/memory.md, "T
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import torch
 from torch import nn
 
-from .config import VAEDecodeOptions
-
-
-@dataclass(frozen=True)
-class DecodeSlicing:
-    """How a streamed decode splits a block; every choice gives the same frames (the causal caches).
-
-    Attributes:
-        latent_frames_per_step: latent frames per decoder call; None = the whole block in one call.
-        release_previous_state: advance the stream's causal caches in place, so each layer's previous
-            entry is freed as soon as its replacement exists, instead of keeping the whole previous
-            state until the block is done (which lets a failed decode leave the stream untouched).
-        row_bands: each decoder call's stages after the middle block run in this many row bands with a
-            halo (vae/row_bands.py); 1 = whole frames.
-    """
-
-    latent_frames_per_step: int | None = None
-    release_previous_state: bool = False
-    row_bands: int = 1
-
-    def frames_per_call(self, block_frames: int) -> int:
-        step = self.latent_frames_per_step
-        return block_frames if step is None else max(1, min(block_frames, step))
-
-    def describe(self, block_frames: int) -> str:
-        f = self.frames_per_call(block_frames)
-        calls = "whole block per decoder call" if f == block_frames else f"{f} latent frame{'s' * (f > 1)} per call"
-        bands = f", {self.row_bands} row bands" if self.row_bands > 1 else ""
-        return calls + bands + (", previous state released" if self.release_previous_state else "")
-
-
-# Fastest first; the planner takes the first whose working set fits. Releasing the previous state costs
-# nothing; one latent frame per call costs ~7 % of the decode time on an H200 (docs/performance.md); row
-# bands recompute their halos (at 480×832, 2 / 4 / 8 bands: 1.08 / 1.25 / 1.58 × the rows of the banded stages).
-ROW_BANDS: tuple[int, ...] = (2, 4, 8)
-# What the loader gives a Wan 2.1 VAE on CUDA (`models.registry.loader_vae_stream_slicing`): one latent frame per decoder call, the
-# previous state released. Measured end to end (H200, 81 frames at 480×832, compiled, commit 7c93f16): 3.098 s
-# and a 11.88 GiB peak, against 3.069 s and 15.63 GiB whole blocks; the reference pipeline peaks at 13.12.
-CUDA_STREAM_SLICING = DecodeSlicing(1, release_previous_state=True)
-# On CUDA without channels_last (cuDNN's NDHWC copies; not the loader's default there) the peak leaves the banded
-# stages after 4 bands: 8 measured 2.75 GiB against 2.80 at 4 (H200, 480×832, bf16), so 8 bands are not offered.
-NDHWC_COPY_MAX_ROW_BANDS = 4
-DECODE_SLICINGS: tuple[DecodeSlicing, ...] = (
-    DecodeSlicing(),
-    DecodeSlicing(release_previous_state=True),
-    DecodeSlicing(1, release_previous_state=True),
-    *(DecodeSlicing(1, release_previous_state=True, row_bands=n) for n in ROW_BANDS),
+from .layers import CausalConv3d, Upsample
+from .options import (
+    CUDA_STREAM_SLICING,
+    DECODE_SLICINGS,
+    NDHWC_COPY_MAX_ROW_BANDS,
+    ROW_BANDS,
+    DecodeSlicing,
+    VAEDecodeOptions,
 )
+from .row_bands import band_cores, receptive_halo
+
+__all__ = [  # re-exported: they lived here before vae/options.py
+    "CUDA_STREAM_SLICING",
+    "DECODE_SLICINGS",
+    "NDHWC_COPY_MAX_ROW_BANDS",
+    "ROW_BANDS",
+    "DecodeSlicing",
+]
 
 
 @dataclass(frozen=True)
@@ -82,8 +50,6 @@ class BandGeometry:
 
     def fraction(self, bands: int) -> float:
         """The tallest band's input rows (core + halos) over all rows: the share of the activations alive."""
-        from .row_bands import band_cores
-
         tallest = max(
             min(self.rows, c1 + self.halo) - max(0, c0 - self.halo) for c0, c1 in band_cores(self.rows, bands)
         )
@@ -176,8 +142,6 @@ def decoder_state_bytes(decoder: nn.Module, latent_h: int, latent_w: int, batch:
     Every temporal conv keeps its last `history_frames` input frames at its stage's resolution; the
     stages double the resolution after each `Upsample`. 1.76 GiB in bf16 for the released VAE at 480×832.
     """
-    from .layers import CausalConv3d, Upsample
-
     scale, total = 1, 0
     for layer in (decoder.conv1, *decoder.middle, *decoder.upsamples, decoder.head):
         for m in layer.modules():
@@ -190,9 +154,6 @@ def decoder_state_bytes(decoder: nn.Module, latent_h: int, latent_w: int, batch:
 
 def band_geometry(decoder: nn.Module, latent_h: int, latent_w: int, batch: int, elem_bytes: int) -> BandGeometry:
     """Where a Wan 2.1 decoder's row bands start (`Decoder3d.band_from`), at this latent size: exact sizes."""
-    from .layers import CausalConv3d, Upsample
-    from .row_bands import receptive_halo
-
     layers = list(decoder.upsamples)
     start = decoder.band_from
     scale, frames = 1, 1
@@ -220,7 +181,7 @@ def band_geometry(decoder: nn.Module, latent_h: int, latent_w: int, batch: int, 
 class VAEMemory:
     """What the planner needs to know of a decoder at one latent size: its weights, and per slicing its decode.
 
-    A Wan 2.1 VAE (`for_vae`, `estimated`) offers every `DECODE_SLICINGS`; any other decoder (`fixed`) one
+    A Wan 2.1 VAE (`for_vae`, `vae.cost.estimated_memory`) offers every `DECODE_SLICINGS`; any other decoder (`fixed`) one
     fixed working set, kept for the whole run.
     """
 
@@ -231,7 +192,7 @@ class VAEMemory:
     options: VAEDecodeOptions | None = None
     cuda: bool = False
     fixed_bytes: int | None = None  # a decoder the formula does not describe: this much, all the time
-    default: DecodeSlicing = DecodeSlicing()
+    default: DecodeSlicing = field(default_factory=DecodeSlicing)
     bands: BandGeometry | None = None  # the row-banded stages (None: no row bands offered)
 
     @property
@@ -282,38 +243,11 @@ class VAEMemory:
             else None,
         )
 
-    @classmethod
-    def estimated(
-        cls,
-        latent_h: int,
-        latent_w: int,
-        batch: int,
-        elem_bytes: int,
-        dim: int = 96,
-        options: VAEDecodeOptions | None = None,
-        cuda: bool = True,
-        slicing: DecodeSlicing | None = None,
-    ) -> VAEMemory:
-        """The Wan 2.1 VAE (16 latent channels) of base width `dim` when none is loaded (built on the meta
-        device: nothing is allocated).
 
-        Defaults are what the loader sets: on CUDA `VAEDecodeOptions.fast()` and `CUDA_STREAM_SLICING`, else
-        the reference path and whole blocks.
-        """
-        opts = options if options is not None else (VAEDecodeOptions.fast() if cuda else None)
-        slicing = slicing if slicing is not None else (CUDA_STREAM_SLICING if cuda else DecodeSlicing())
-        return _estimated(latent_h, latent_w, batch, elem_bytes, dim, opts, cuda, slicing)
-
-
-@functools.lru_cache(maxsize=64)
-def _estimated(latent_h, latent_w, batch, elem_bytes, dim, options, cuda, slicing) -> VAEMemory:
-    """One meta-device build per setting (planners ask many times in a loop); VAEMemory is frozen."""
-    from .config import WanVAEConfig
-    from .wan_vae import WanVAE
-
-    dtype = {1: torch.float8_e4m3fn, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[elem_bytes]
-    with torch.device("meta"):
-        vae = WanVAE(WanVAEConfig(dim=dim)).to(dtype)
-    vae.decode_options = options
-    vae.stream_slicing = slicing
-    return VAEMemory.for_vae(vae, latent_h, latent_w, batch, cuda=cuda)
+def wan_decode_working_set_bytes(
+    dim: int, latent_h: int, latent_w: int, latent_frames: int, batch: int, elem_bytes: int
+) -> int:
+    """The Wan 2.2 VAE's decode working set estimate (not counted or calibrated yet): 8 activations of
+    `dim` channels per output pixel and frame, 4 frames per latent frame. The Wan 2.1 VAE is counted
+    exactly instead (`wan_decode_memory`)."""
+    return 8 * batch * dim * 4 * latent_frames * (8 * latent_h) * (8 * latent_w) * elem_bytes

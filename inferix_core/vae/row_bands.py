@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .config import VAEDecodeOptions
 from .layers import AttentionBlock, CausalConv3d, CausalConvCache, ResidualBlock, Upsample, memory_format_for
+from .options import VAEDecodeOptions
 
 
 def _spatial_reach(conv: nn.Module) -> int:

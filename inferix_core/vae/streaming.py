@@ -10,19 +10,37 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError, ShapeMismatchError
-from .config import VAEDecodeOptions
+from .config import Wan22VAEConfig, WanVAEConfig
 from .layers import CausalConvCache
-
-if TYPE_CHECKING:
-    from .wan_vae import WanVAE
+from .options import VAEDecodeOptions
 
 logger = logging.getLogger(__name__)
+
+
+class CausalVAE(Protocol):
+    """What a session needs of a VAE (`WanVAE`, `Wan22VAE`): its config and one causal step each way."""
+
+    config: WanVAEConfig | Wan22VAEConfig
+
+    def prepare_decode(self, options: VAEDecodeOptions) -> None: ...
+
+    def decode_step(
+        self,
+        z: Tensor,
+        cache: CausalConvCache,
+        latent_frames_per_step: int | None = None,
+        options: VAEDecodeOptions | None = None,
+        in_place: bool = False,
+        row_bands: int = 1,
+    ) -> tuple[Tensor, CausalConvCache]: ...
+
+    def encode_step(self, video: Tensor, cache: CausalConvCache) -> tuple[Tensor, CausalConvCache]: ...
 
 
 @dataclass
@@ -123,7 +141,7 @@ class StreamDecoder:
 
     def __init__(
         self,
-        vae: WanVAE,
+        vae: CausalVAE,
         *,
         latent_frames_per_step: int | None = None,
         tiling: SpatialTiling | None = None,
@@ -227,7 +245,7 @@ class StreamEncoder:
     `vae.encode(all_frames)`.
     """
 
-    def __init__(self, vae: WanVAE) -> None:
+    def __init__(self, vae: CausalVAE) -> None:
         self.vae = vae
         self.cache = CausalConvCache()
         self.pending: Tensor | None = None

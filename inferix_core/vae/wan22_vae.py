@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .config import VAEDecodeOptions, Wan22VAEConfig, wan_decode_working_set_bytes
+from .config import Wan22VAEConfig, is_wan22_state_dict
 from .layers import (
     AttentionBlock,
     CausalConv3d,
@@ -35,11 +34,10 @@ from .layers import (
     Upsample,
     assign_cache_keys,
 )
-from .memory import DecodeSlicing
+from .memory import wan_decode_working_set_bytes
+from .options import DecodeSlicing, VAEDecodeOptions
+from .streaming import StreamDecoder
 from .wan_vae import OutputHead, WanVAE, run_layers
-
-if TYPE_CHECKING:
-    from .streaming import StreamDecoder
 
 
 def patchify(x: Tensor, p: int) -> Tensor:
@@ -232,6 +230,10 @@ class Wan22VAE(WanVAE):
         self.stream_slicing = DecodeSlicing(self.stream_latent_frames_per_step)
         self.register_buffer("latent_mean", torch.tensor(config.latent_mean, dtype=torch.float32), persistent=False)
         self.register_buffer("latent_std", torch.tensor(config.latent_std, dtype=torch.float32), persistent=False)
+
+    @classmethod
+    def reads_state_dict(cls, sd: Mapping[str, Tensor]) -> bool:
+        return is_wan22_state_dict(sd)
 
     @classmethod
     def config_from_state_dict(cls, sd: Mapping[str, Tensor], **overrides) -> Wan22VAEConfig:

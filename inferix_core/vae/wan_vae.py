@@ -13,14 +13,14 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointLayoutError, ConfigError, ShapeMismatchError
 from .checkpoint import load_vae_state_dict
-from .config import VAEDecodeOptions, WanVAEConfig, is_wan22_state_dict
+from .config import WanVAEConfig
 from .layers import (
     AttentionBlock,
     CausalConv3d,
@@ -32,11 +32,10 @@ from .layers import (
     assign_cache_keys,
     norm_silu_padded,
 )
-from .memory import DecodeSlicing
+from .memory import VAEMemory
+from .options import DecodeSlicing, VAEDecodeOptions
 from .row_bands import run_in_row_bands
-
-if TYPE_CHECKING:
-    from .streaming import StreamDecoder, StreamEncoder
+from .streaming import StreamDecoder, StreamEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +158,19 @@ class Decoder3d(nn.Module):
 class WanVAE(nn.Module):
     """Wan 2.1 VAE. `encode`/`decode` take and return normalised latents (B, z_dim, F, h, w)."""
 
+    # Subclasses with a key layout of their own (`Wan22VAE`) enter here when defined, so `from_state_dict` picks
+    # them from the weights without importing them (the package's __init__ imports every one).
+    layouts: ClassVar[list[type[WanVAE]]] = []
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        WanVAE.layouts.append(cls)
+
+    @classmethod
+    def reads_state_dict(cls, sd: Mapping[str, Tensor]) -> bool:
+        """Whether canonical weights `sd` are in a subclass's own key layout (the base class reads the rest)."""
+        return False
+
     def __init__(self, config: WanVAEConfig) -> None:
         super().__init__()
         self.config = config
@@ -201,10 +213,10 @@ class WanVAE(nn.Module):
 
         Called on `WanVAE`, Wan 2.2 weights (told apart by their key layout) build a `Wan22VAE`.
         """
-        if cls is WanVAE and is_wan22_state_dict(sd):
-            from .wan22_vae import Wan22VAE
-
-            return Wan22VAE.from_state_dict(sd, source, **config_overrides)
+        if cls is WanVAE:
+            for layout in WanVAE.layouts:
+                if layout.reads_state_dict(sd):
+                    return layout.from_state_dict(sd, source, **config_overrides)
         model = cls(cls.config_from_state_dict(sd, **config_overrides))
         expected = model.state_dict()
         missing = sorted(set(expected) - set(sd))
@@ -360,8 +372,6 @@ class WanVAE(nn.Module):
     def decode_working_set_bytes(self, latent_h: int, latent_w: int, latent_frames: int, batch: int = 1) -> int:
         """Device bytes a streamed decode of `latent_frames`-frame blocks needs beyond the weights, with this
         VAE's `decode_options` and `stream_slicing` on its own device (`vae.memory.wan_decode_memory`)."""
-        from .memory import VAEMemory
-
         return VAEMemory.for_vae(self, latent_h, latent_w, batch).decode(latent_frames).working_set_bytes
 
     def stream_decoder(self, **kwargs) -> StreamDecoder:
@@ -370,8 +380,6 @@ class WanVAE(nn.Module):
         `options` defaults to `self.decode_options`, `latent_frames_per_step`, `release_previous_state` and
         `row_bands` to `self.stream_slicing`.
         """
-        from .streaming import StreamDecoder
-
         if kwargs.get("options") is None:
             kwargs["options"] = self.decode_options
         if kwargs.get("latent_frames_per_step") is None:
@@ -382,6 +390,4 @@ class WanVAE(nn.Module):
 
     def stream_encoder(self) -> StreamEncoder:
         """A `StreamEncoder` session: feed frames as they arrive, get latents as soon as they are whole."""
-        from .streaming import StreamEncoder
-
         return StreamEncoder(self)

@@ -23,6 +23,7 @@ from inferix_core.cache.planner import (
 from inferix_core.errors import CacheBudgetError
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.vae.config import VAEDecodeOptions
+from inferix_core.vae.cost import estimated_memory
 from inferix_core.vae.memory import DECODE_SLICINGS, VAEMemory
 
 GiB = 2**30
@@ -32,7 +33,7 @@ LAT_H, LAT_W = 60, 104
 
 
 def _vae() -> VAEMemory:
-    return VAEMemory.estimated(LAT_H, LAT_W, 1, 2, options=VAEDecodeOptions.fast(), cuda=True)
+    return estimated_memory(LAT_H, LAT_W, 1, 2, options=VAEDecodeOptions.fast(), cuda=True)
 
 
 def test_cpu_has_no_non_torch_term():

@@ -89,7 +89,8 @@ def test_memory_planner_knows_the_5b_sizes():
     from inferix_core.benchmark import PRESETS
     from inferix_core.cache import KVCacheConfig, plan_memory
     from inferix_core.vae import Wan22VAE, Wan22VAEConfig
-    from inferix_core.vae.config import WAN22_VAE_PARAMETERS, estimated_vae_bytes
+    from inferix_core.vae.config import WAN22_VAE_PARAMETERS
+    from inferix_core.vae.cost import estimated_vae_bytes
 
     p = PRESETS["wan-5b"]
     cfg, h, w, n = p["config"], p["latent_height"], p["latent_width"], p["block_frames"]

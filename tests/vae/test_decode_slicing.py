@@ -15,6 +15,7 @@ import torch
 from inferix_core.profiling.live_bytes import LiveBytes
 from inferix_core.vae import WanVAE, WanVAEConfig
 from inferix_core.vae.config import VAEDecodeOptions
+from inferix_core.vae.cost import estimated_memory
 from inferix_core.vae.memory import DECODE_SLICINGS, DecodeSlicing, VAEMemory
 
 OPTIONS = {"reference": None, "fast": VAEDecodeOptions.fast()}
@@ -118,9 +119,9 @@ def test_decode_memory_formula_matches_the_count(vae_fixture, options):
 def test_cuda_adds_the_ncdhw_copies_only_without_channels_last():
     """The cuDNN term (inferred from the H200's peaks) applies on CUDA without channels_last, never on the CPU."""
     whole = DecodeSlicing()  # these peaks are of whole-block decodes (CUDA's default is one latent frame per call)
-    ref = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=True, slicing=whole)
-    cpu = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=False, slicing=whole)
-    fast = VAEMemory.estimated(60, 104, 1, 2, options=VAEDecodeOptions.fast(), cuda=True, slicing=whole)
+    ref = estimated_memory(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=True, slicing=whole)
+    cpu = estimated_memory(60, 104, 1, 2, options=VAEDecodeOptions(), cuda=False, slicing=whole)
+    fast = estimated_memory(60, 104, 1, 2, options=VAEDecodeOptions.fast(), cuda=True, slicing=whole)
     f = 3
     extra = ref.decode(f).working_set_bytes - cpu.decode(f).working_set_bytes
     assert extra == (4 * f + 1) * ref.unit_bytes // 2
@@ -135,7 +136,7 @@ def test_the_ndhwc_copy_path_offers_at_most_four_row_bands():
     """Where cuDNN copies layouts the H200 measured no gain past 4 bands (the peak leaves the banded stages), so a
     plan never counts on 8 there; `fast()` on CUDA and the CPU keep every rung."""
     bands = {
-        name: [s.row_bands for s in VAEMemory.estimated(60, 104, 1, 2, options=opts, cuda=cuda).slicings]
+        name: [s.row_bands for s in estimated_memory(60, 104, 1, 2, options=opts, cuda=cuda).slicings]
         for name, opts, cuda in (
             ("ndhwc", VAEDecodeOptions(), True),
             ("fast", VAEDecodeOptions.fast(), True),
