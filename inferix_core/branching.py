@@ -2,7 +2,7 @@
 
 A fork maps the parent's pages (each page's reference count + 1, nothing copied); it gets its own
 prompt, actions and seed; the forks then run together as one batch per block step
-(`pipeline.batched.denoise_streams`), and memory grows only by their new blocks (a page a fork writes
+(`pipeline.batched.denoise_many`), and memory grows only by their new blocks (a page a fork writes
 into while another stream still maps it is copied first). Keep one, several or none: `keep()` releases
 the others, whose pages go back to the arena's pool.
 
@@ -48,7 +48,7 @@ from .errors import ConfigError, ShapeMismatchError
 from .image_world import StartImageInputs, takes_prompt_and_image, takes_start_image
 from .models.registry import WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
-from .pipeline.batched import denoise_streams
+from .pipeline.batched import denoise_many
 from .pipeline.block_diffusion import StreamState
 from .pipeline.streams import (
     adopt_stream,
@@ -220,16 +220,9 @@ class Branches:
         if not self.forks:
             raise ConfigError("no forks left to step (all were dropped)")
         n = self.pipe.sampling.block_frames
-        if self.recompute:  # each fork's own cache rebuild and pixel window, one fork after another
-            outs, own = [], self.pipe.first_frame_encoder
-            try:
-                for fork in self.forks:
-                    self.pipe.first_frame_encoder = fork.encoder
-                    outs.append(self.pipe.denoise_block(fork.state, fork.actions(n)))
-            finally:
-                self.pipe.first_frame_encoder = own
-        else:
-            outs = denoise_streams(self.pipe, self.states, [f.actions(n) for f in self.forks])
+        # batched, or (Krea) each fork's own cache rebuild and pixel window, one fork after another
+        encoders = [f.encoder for f in self.forks] if self.recompute else None
+        outs = denoise_many(self.pipe, self.states, [f.actions(n) for f in self.forks], encoders=encoders)
         for fork, out in zip(self.forks, outs, strict=True):
             fork.blocks.append(out.latents)
         return outs

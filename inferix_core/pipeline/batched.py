@@ -99,6 +99,31 @@ def denoise_streams(
     return outputs
 
 
+def denoise_many(
+    pipe: BlockDiffusionPipeline,
+    states: list[StreamState],
+    actions: list | None = None,
+    hooks: PipelineHooks | None = None,
+    encoders: list | None = None,
+) -> list[BlockOutput]:
+    """Every stream's next block, whatever the model: one batch per transformer call (`denoise_streams`), or,
+    where each stream rebuilds its own cache every block (Krea's KV recompute), one stream after another through
+    `denoise_block`, each with its own pixel window (`encoders[i]`, keep_first_frame=False). The one many-stream
+    body of the engine: `Engine.step_many`, `branching.Branches` and `multi_stream.MultiStreamEngine` call it."""
+    actions = list(actions) if actions is not None else [None] * len(states)
+    if not pipe.sampling.kv_recompute_frames:
+        return denoise_streams(pipe, states, actions, hooks)
+    outs, own = [], pipe.first_frame_encoder
+    try:
+        for i, (state, action) in enumerate(zip(states, actions, strict=True)):
+            if encoders is not None:
+                pipe.first_frame_encoder = encoders[i]
+            outs.append(pipe.denoise_block(state, action, hooks))
+    finally:
+        pipe.first_frame_encoder = own
+    return outs
+
+
 @torch.no_grad()
 def _denoise_group(pipe, states, actions, hooks) -> list[BlockOutput]:
     hooks = hooks or PipelineHooks()
