@@ -18,5 +18,7 @@ if ! python -c "import av" 2>/dev/null; then  # logged: modules that import PyAV
 fi
 COPY=/tmp/inferix_cuda_tests
 rm -rf "$COPY" && cp -r . "$COPY" && rm -f "$COPY/__init__.py"
+# the node pack under its installed name (the GPU image has the project uninstalled): tests/nodes import inferix_nodes
+[ -e "$COPY/inferix_nodes" ] || ln -s "$COPY/nodes" "$COPY/inferix_nodes"
 cd "$COPY" && PYTHONPATH=$STUB. timeout "${TESTS_TIMEOUT:-520}" python -m pytest -m cuda -q -rs -p no:cacheprovider --continue-on-collection-errors \
   --junitxml="$OUT/junit.xml" ${TESTS:-tests} 2>&1 | tail -80 | tee "$OUT/cuda_tests.txt"
