@@ -44,8 +44,9 @@ from .cache.planner import ForkPlan, plan_forks
 from .cache.shared import PageArena, StreamKVCache
 from .cache.spec import KVCacheConfig
 from .conditioning import encode_prompt, latent_size
+from .engine import Engine
 from .errors import ConfigError, ShapeMismatchError
-from .image_world import StartImageInputs, takes_prompt_and_image, takes_start_image
+from .image_world import StartImageInputs, start_image_role
 from .models.registry import WorldModel
 from .pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
 from .pipeline.batched import denoise_many
@@ -59,7 +60,6 @@ from .pipeline.streams import (
     stream_spec,
 )
 from .tensors import to_device_async
-from .vae.pixel_window import PixelWindowEncoder
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +327,13 @@ def branch_video(
     With `budget_bytes` the planner admits the futures before anything runs (`cache.planner.plan_forks`):
     too many are refused naming the largest number that fits; the arena is sized to the plan.
     """
-    if takes_start_image(world_model) and not takes_prompt_and_image(world_model):
+    role = start_image_role(world_model, start_image)
+    if role == "ti2v":
+        raise ConfigError(
+            "branch_video starts no TI2V model from an image yet; generate the first block with generate_video "
+            "(keep_world_state=True) and branch its world in an InteractiveSession"
+        )
+    if role == "image_world":
         raise ConfigError(
             "a Matrix-Game world cannot branch yet: its keyboard/mouse action caches are not pages of the arena (no "
             "copy-on-write) and each future needs its own action track; save the world and resume it once per future"
@@ -350,10 +356,10 @@ def branch_video(
             future_frames=future_blocks * n, dtype=world_model.dtype, block_frames=n, budget_bytes=budget_bytes,
         ).check()  # fmt: skip
     reencodes = bool(sampling.kv_recompute_frames) and not sampling.keep_first_frame
-    encoder = PixelWindowEncoder(world_model.vae, sampling.kv_recompute_frames) if reencodes else None
-    pipe = BlockDiffusionPipeline(world_model.transformer, sampling, cache, encoder)
-    image = StartImageInputs(world_model, start_image, width, height, clip_vision) if takes_prompt_and_image(
-        world_model) else None  # fmt: skip
+    pipe = Engine(world_model, sampling, cache, decode=False).pipeline  # with Krea's pixel window when it re-encodes
+    image = (
+        StartImageInputs(world_model, start_image, width, height, clip_vision) if role == "prompt_and_image" else None
+    )
     per_block = None if image is None else image.for_block  # Wan 2.1 I2V: cond_concat of each block's frames
     context = encode_prompt(world_model, prompt)
     if sampling.kv_recompute_frames:  # the cache is rebuilt every block: a plain stream, no arena

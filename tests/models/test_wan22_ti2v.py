@@ -348,3 +348,37 @@ def test_an_interactive_shot_switch_equals_the_scheduled_one(fx):
         noise=SeededNoise(0),
     )  # fmt: skip
     torch.testing.assert_close(torch.cat(blocks, dim=1), pipe.generate(req), atol=0, rtol=0)
+
+
+def test_a_start_image_is_one_decision_for_the_facade_and_branch_video(fx, tmp_path):
+    """image_world.start_image_role decides once what an image is to a TI2V model: generate_video given the
+    image equals generate_video given the same image as its one start frame (the clean first latent), and
+    branch_video, which cannot start from it, refuses in one line instead of dropping it."""
+    import numpy as np
+    from PIL import Image
+
+    from inferix_core.api import generate_video
+    from inferix_core.branching import branch_video
+    from inferix_core.errors import ConfigError
+    from inferix_core.image_conditioning import resized_image_frames
+    from inferix_core.models.registry import load_world_model
+
+    path, info, t, _ = fx
+    vae_files = sorted(path.parent.glob("wan22_vae*.safetensors"))
+    if not vae_files:
+        pytest.skip("no Wan 2.2 VAE fixture")
+    wm = load_world_model(str(path), vae_path=str(vae_files[0]), device="cpu", dtype="fp32")
+    _, _, frames, h, w = info["latent_shape"]
+    s = wm.spatial_compression
+    rgb = np.random.default_rng(3).integers(0, 256, (h * s, w * s, 3), dtype=np.uint8)  # fresh, never flat
+    image = tmp_path / "start.png"
+    Image.fromarray(rgb).save(image)
+    sampling = dataclasses.replace(wm.sampling, block_frames=frames)
+    run = dict(num_blocks=2, width=w * s, height=h * s, seed=5, sampling=sampling, decode=False)
+    context = t["context"].unsqueeze(0)
+    by_image = generate_video(wm, context, start_image=str(image), **run).latents
+    by_frame = generate_video(wm, context, start_frames=resized_image_frames(str(image), h * s, w * s), **run).latents
+    assert torch.isfinite(by_image).all()
+    torch.testing.assert_close(by_image, by_frame, atol=0, rtol=0)
+    with pytest.raises(ConfigError, match="TI2V"):
+        branch_video(wm, "a", ["b"], past_blocks=1, future_blocks=1, width=w * s, height=h * s, start_image=str(image))
