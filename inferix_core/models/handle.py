@@ -60,19 +60,6 @@ class WorldModel:
         for Wan 2.2 / LongLive 2.0: 16 × 2)."""
         return self.spatial_compression * self.config.patch_size[1]
 
-    def size_problem(self, width: int, height: int) -> str | None:
-        """Why this model cannot run frames of width × height (naming the nearest sizes that can), or None."""
-        step = self.size_step
-        for name, value in (("width", width), ("height", height)):
-            if value % step:
-                below = max(step, value // step * step)
-                return (
-                    f"{name} {value} is no multiple of {step}, which this {self.family} model needs (its VAE's "
-                    f"{self.spatial_compression}x stride times patch {self.config.patch_size[1]}); "
-                    f"use {below} or {below + step}"
-                )
-        return None
-
     def _text_encoder_label(self) -> str:
         vocabulary = getattr(self.text_encoder, "config", None)
         if hasattr(vocabulary, "hint"):  # the bundled v2 model's fixed vocabulary: name its scenes' words
