@@ -32,17 +32,31 @@ log = logging.getLogger(__name__)
 
 MAX_BLOCKS = 1000
 MAX_SIZE = 4096
-SIZE_STEP = 16  # VAE stride 8 x patch 2: pixel sizes must divide by 16
+SIZE_STEP = 16  # the widgets' step (VAE stride 8 x patch 2, Wan 2.1); the loaded model's own is checked in execute
 
 
-def size_problem(width: int, height: int, num_blocks: int | None = None, seconds: float | None = None) -> str | None:
-    """Why a frame size or length cannot run (a hint inside the limits), or None."""
+def size_hint(value: int, step: int) -> str:
+    """The nearest sizes inside the limits that are multiples of `step`, nearest first: 'try 832 or 816'."""
+    top = MAX_SIZE // step * step
+    floor = value // step * step
+    near = sorted({min(top, max(step, v)) for v in (floor, floor + step)}, key=lambda v: (abs(v - value), -v))
+    return "try " + " or ".join(map(str, near))
+
+
+def size_problem(
+    width: int, height: int, num_blocks: int | None = None, seconds: float | None = None, world_model: Any = None
+) -> str | None:
+    """Why a frame size or length cannot run (a hint inside the limits), or None. With a world model, sizes are
+    checked against its own multiple (`WorldModel.size_step`: 32 for Wan 2.2 / LongLive 2.0), not the widgets' 16."""
+    step = SIZE_STEP if world_model is None else world_model.size_step
     for name, value in (("width", width), ("height", height)):
-        if value % SIZE_STEP or not SIZE_STEP <= value <= MAX_SIZE:
-            hint = min(MAX_SIZE, max(SIZE_STEP, round(value / SIZE_STEP) * SIZE_STEP))
-            return (
-                f"{name} must be a multiple of {SIZE_STEP} between {SIZE_STEP} and {MAX_SIZE}, got {value}; try {hint}"
-            )
+        if value % step or not step <= value <= MAX_SIZE:
+            why = ""
+            if world_model is not None:
+                stride, patch = world_model.spatial_compression, world_model.config.patch_size[1]
+                why = f" (this {world_model.family} model: VAE stride {stride} x patch {patch})"
+            hint = size_hint(value, step)
+            return f"{name} must be a multiple of {step}{why} between {step} and {MAX_SIZE}, got {value}; {hint}"
     if num_blocks is not None and not 1 <= num_blocks <= MAX_BLOCKS:
         return f"num_blocks must be between 1 and {MAX_BLOCKS}, got {num_blocks}"
     if seconds is not None and (not math.isfinite(seconds) or seconds < 0):
@@ -333,7 +347,7 @@ class InferixBlockDenoise(io.ComfyNode):
         from inferix_core.errors import ConfigError
         from inferix_core.profiling import Profiler
 
-        problem = size_problem(width, height, num_blocks, seconds)
+        problem = size_problem(width, height, num_blocks, seconds, world_model)
         if problem:
             raise ConfigError(problem)
         steps = parse_steps(denoising_steps)

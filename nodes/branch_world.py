@@ -127,7 +127,7 @@ class InferixBranchWorld(io.ComfyNode):
         parsed = parse_futures(futures)
         if isinstance(parsed, str):
             raise ConfigError(parsed)
-        problem = size_problem(width, height)
+        problem = size_problem(width, height, world_model=world_model)
         if problem:
             raise ConfigError(problem)
         if not 0 <= keep < len(parsed):

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from inferix_core.cache.spec import OFFLOAD_MODES, QUANTIZATIONS, KVCacheConfig
+from inferix_core.workflow.settings import cache_config
 
 from . import types
 from .compat import io
@@ -25,16 +26,11 @@ PLAN_SECONDS = 10.0  # run length planned for (global attention grows with it)
 def build_config(
     window_frames: int, sink_frames: int, page_frames: int, offload: str, gpu_budget_gb: float, quantization: str
 ) -> KVCacheConfig:
-    """The node's widget values as a KVCacheConfig (gpu_budget_gb 0 means no budget)."""
-    budget = int(gpu_budget_gb * GIB) if gpu_budget_gb > 0 else None
-    return KVCacheConfig(
-        window_frames=window_frames,
-        sink_frames=sink_frames,
-        page_frames=page_frames,
-        offload=offload,
-        gpu_budget_bytes=budget,
-        quantization=quantization,
-    )
+    """The node's widget values as a KVCacheConfig (gpu_budget_gb 0 means no budget): `workflow.settings`."""
+    return cache_config(
+        {"window_frames": window_frames, "sink_frames": sink_frames, "page_frames": page_frames, "offload": offload,
+         "gpu_budget_gb": gpu_budget_gb, "quantization": quantization}
+    )  # fmt: skip
 
 
 def describe(config: KVCacheConfig) -> str:
@@ -142,15 +138,6 @@ class InferixKVCacheConfig(io.ComfyNode):
         quantization: str,
         world_model: Any = None,
     ) -> io.NodeOutput:
-        from inferix_core.errors import ConfigError
-
-        if window_frames == 0:
-            raise ConfigError("window_frames must be -1 (global) or between 1 and 4096, got 0")
-        if window_frames != -1 and sink_frames >= window_frames:
-            raise ConfigError(
-                f"sink_frames ({sink_frames}) must be smaller than window_frames ({window_frames}); "
-                f"raise window_frames or lower sink_frames"
-            )
         config = build_config(window_frames, sink_frames, page_frames, offload, gpu_budget_gb, quantization)
         text = describe(config)
         if world_model is not None:

@@ -11,6 +11,7 @@ import logging
 from inferix_core.attention.registry import attention_backends
 from inferix_core.errors import ConfigError, MissingFileError
 from inferix_core.models.registry import FAMILIES, WEIGHTS_CHOICES
+from inferix_core.workflow.settings import MODEL_FOLDERS, NONE, load_options, model_file
 
 from . import comfy_runtime as rt
 from . import types
@@ -20,15 +21,10 @@ log = logging.getLogger(__name__)
 
 DTYPES = ["auto", "fp32", "bf16", "fp16"]
 DEVICES = ["auto", "cpu", "cuda"]
-NONE = "none"
 FAMILY_CHOICES = ["auto"] + [name for name in FAMILIES if name != "bundled"]
 # input name -> (ComfyUI model folder, first choices)
-FILE_INPUTS = {
-    "model": ("diffusion_models", [rt.BUNDLED]),
-    "vae": ("vae", [rt.BUNDLED]),
-    "preview_decoder": ("vae_approx", [NONE]),
-    "text_encoder": ("text_encoders", [rt.BUNDLED]),
-}
+FIRST_CHOICES = {"model": [rt.BUNDLED], "vae": [rt.BUNDLED], "preview_decoder": [NONE], "text_encoder": [rt.BUNDLED]}
+FILE_INPUTS = {name: (MODEL_FOLDERS[name], first) for name, first in FIRST_CHOICES.items()}
 
 
 def _choices(name: str) -> list[str]:
@@ -39,9 +35,7 @@ def _choices(name: str) -> list[str]:
 def _resolve(name: str, value: str) -> str | None:
     """Full path of a chosen file. 'none', and 'bundled' for the parts beside the model, become None
     (the registry then uses the family's default); a bundled model stays 'bundled'."""
-    if value == NONE or (value == rt.BUNDLED and name != "model"):
-        return None
-    return rt.resolve_model_file(FILE_INPUTS[name][0], value)
+    return model_file(name, value, rt.resolve_model_file)
 
 
 def missing_files(**chosen: str | None) -> str | None:
@@ -234,21 +228,11 @@ class InferixLoadWorldModel(io.ComfyNode):
                 raise ConfigError("device is 'cuda' but no CUDA GPU is available; choose 'auto' or 'cpu'")
         device = rt.device_choice(device)  # 'auto' is ComfyUI's device (--cpu, --cuda-device, mps) inside ComfyUI
         rt.make_room(rt.estimate_file_bytes(_resolve("model", model), _resolve("text_encoder", text_encoder)), device)
-        world_model = load_world_model(
-            _resolve("model", model),
-            vae_path=_resolve("vae", vae),
-            preview_decoder_path=_resolve("preview_decoder", preview_decoder),
-            text_encoder_path=_resolve("text_encoder", text_encoder),
-            dtype=dtype,
-            device=device,
-            attention=attention,
-            fp8=bool(fp8),
-            compile=bool(compile),
-            **(memory.load_kwargs() if memory is not None else {}),
-            family=family or "auto",
-            weights=weights or "auto",
-            cuda_graphs=bool(cuda_graphs),
-        )
+        widgets = {"vae": vae, "preview_decoder": preview_decoder, "text_encoder": text_encoder, "dtype": dtype,
+                   "attention": attention, "device": device, "fp8": fp8, "compile": compile, "family": family,
+                   "weights": weights, "cuda_graphs": cuda_graphs}  # fmt: skip
+        options = load_options(widgets, resolve=rt.resolve_model_file, memory=memory)
+        world_model = load_world_model(_resolve("model", model), options)
         world_model = rt.register_world_model(world_model)  # ComfyUI can now evict it and load it back
         summary = world_model.describe()
         log.info("loaded world model: %s", summary.replace("\n", "; "))

@@ -7,6 +7,7 @@ builds the frozen `MemorySettings`; the planning happens in the loader.
 from __future__ import annotations
 
 from inferix_core.models.memory import TEXT_ENCODER_PLACEMENTS, MemorySettings
+from inferix_core.workflow.settings import memory_settings
 
 from . import types
 from .compat import io
@@ -14,12 +15,10 @@ from .compat import io
 
 def build_settings(gpu_memory_gb: float, resident_blocks: int, fp8_weights: bool, text_encoder: str) -> MemorySettings:
     """Widget values → MemorySettings (0 GB = no budget; -1 resident blocks = planned from the budget)."""
-    return MemorySettings(
-        gpu_memory_gb=gpu_memory_gb if gpu_memory_gb > 0 else None,
-        resident_blocks=resident_blocks if resident_blocks >= 0 else None,
-        fp8_weights=bool(fp8_weights),
-        text_encoder_placement=text_encoder,
-    )
+    return memory_settings(
+        {"gpu_memory_gb": gpu_memory_gb, "resident_blocks": resident_blocks, "fp8_weights": fp8_weights,
+         "text_encoder": text_encoder}
+    )  # fmt: skip
 
 
 class InferixMemorySettings(io.ComfyNode):

@@ -256,7 +256,9 @@ def test_play_reads_the_start_image_and_clip_vision_of_a_matrix_game_workflow(tm
         (models / rel).touch()
     monkeypatch.setenv("INFERIX_MODELS_DIR", str(models))
     loaded = {}
-    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.update(path=path, **kw) or "wm")
+    monkeypatch.setattr(
+        play_cmd, "load_world_model", lambda path, options: loaded.update(path=path, **vars(options)) or "wm"
+    )
     with pytest.raises(MissingFileError, match="INFERIX_INPUT_DIR"):
         play_cmd.load_setup(cli.build_parser().parse_args(["play", str(api)]))
     inputs.mkdir()

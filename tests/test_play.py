@@ -138,7 +138,9 @@ def test_cli_play_stops_after_max_blocks(tmp_path, monkeypatch, capsys):
 
 def test_workflow_source_reads_the_inferix_nodes(tmp_path, monkeypatch):
     loaded = {}
-    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.update(path=path, **kw) or "wm")
+    monkeypatch.setattr(
+        play_cmd, "load_world_model", lambda path, options: loaded.update(path=path, **vars(options)) or "wm"
+    )
     graph = {
         "1": {"class_type": "InferixLoadWorldModel", "inputs": {"model": "bundled", "vae": "bundled",
               "preview_decoder": "none", "text_encoder": "bundled", "dtype": "auto", "attention": "sdpa",
@@ -177,13 +179,16 @@ def test_info_prints_environment_and_the_model(monkeypatch, capsys):
 
 def test_speed_flags_reach_load_world_model(monkeypatch, capsys):
     loaded = []
-    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.append(kw) or tiny_world(DRIVING))
+    monkeypatch.setattr(
+        play_cmd, "load_world_model", lambda path, options: loaded.append(vars(options)) or tiny_world(DRIVING)
+    )
     monkeypatch.setattr(play_cmd, "bundled_size", lambda: (W, H))
     play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled"]))
     play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--fp8", "--compile", "--cuda-graphs"]))
     assert [(kw["fp8"], kw["compile"], kw["cuda_graphs"]) for kw in loaded] == [(False,) * 3, (True,) * 3]
     monkeypatch.setattr(
-        "inferix_core.commands.info.load_world_model", lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING)
+        "inferix_core.commands.info.load_world_model",
+        lambda path, options: loaded.append(vars(options)) or tiny_world(DRIVING),
     )
     assert cli.main(["info", "tiny.safetensors", "--fp8"]) == 0 and loaded[-1]["fp8"] is True
     capsys.readouterr()
@@ -206,7 +211,9 @@ def test_ctrl_c_leaves_a_playable_file(tmp_path, monkeypatch):
 
 def test_memory_flags_reach_load_world_model(monkeypatch, capsys):
     loaded = []
-    monkeypatch.setattr(play_cmd, "load_world_model", lambda path, **kw: loaded.append(kw) or tiny_world(DRIVING))
+    monkeypatch.setattr(
+        play_cmd, "load_world_model", lambda path, options: loaded.append(vars(options)) or tiny_world(DRIVING)
+    )
     monkeypatch.setattr(play_cmd, "bundled_size", lambda: (W, H))
     args = ["play", "bundled", "--gpu-memory", "24GB", "--fp8-weights", "--text-encoder-placement", "offload"]
     play_cmd.load_setup(cli.build_parser().parse_args(args))
@@ -215,7 +222,8 @@ def test_memory_flags_reach_load_world_model(monkeypatch, capsys):
     play_cmd.load_setup(cli.build_parser().parse_args(["play", "bundled", "--resident-blocks", "3"]))
     assert loaded[-1]["resident_blocks"] == 3 and loaded[-1]["gpu_memory"] is None
     monkeypatch.setattr(
-        "inferix_core.commands.info.load_world_model", lambda *a, **kw: loaded.append(kw) or tiny_world(DRIVING)
+        "inferix_core.commands.info.load_world_model",
+        lambda path, options: loaded.append(vars(options)) or tiny_world(DRIVING),
     )
     assert cli.main(["info", "tiny.safetensors", "--gpu-memory", "8g"]) == 0
     assert loaded[-1]["gpu_memory"] == 8 * 2**30

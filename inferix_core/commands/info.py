@@ -17,7 +17,7 @@ import torch
 from ..attention.registry import AUTO, BACKENDS, attention_backends, resolve_auto
 from ..models.registry import FAMILIES, load_world_model
 from .lora_option import add_lora_option
-from .memory_args import add_family_arguments, add_memory_arguments, model_flag_kwargs
+from .memory_args import add_family_arguments, add_memory_arguments, load_options_from_args
 
 
 def register(subparsers: Any) -> None:
@@ -47,15 +47,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     print(environment_text())
     if args.model is not None:
-        world_model = load_world_model(
-            args.model,
-            vae_path=args.vae,
-            text_encoder_path=args.text_encoder,
-            device=args.device,
-            dtype=args.dtype,
-            fp8=args.fp8,
-            **model_flag_kwargs(args),
-        )
+        world_model = load_world_model(args.model, load_options_from_args(args))
         print("\nmodel:")
         print(_indent(world_model.describe()))
     return 0

@@ -1,10 +1,16 @@
-"""The model-loading flags shared by the commands that load a model (`play`, `info`): one spelling everywhere."""
+"""The model-loading flags shared by the commands that load a model (`play`, `info`): one spelling everywhere.
+
+The flags become the loader's widget values and go through `workflow.settings`, the nodes' own path, so equal
+settings give an equal LoadOptions from a flag or a node.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from ..models.memory import TEXT_ENCODER_PLACEMENTS, MemorySettings, parse_memory_size
+from ..models.options import LoadOptions
+from ..workflow.settings import LOADER_DEFAULTS, load_options, memory_settings
 
 
 def add_memory_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,11 +39,14 @@ def add_memory_arguments(p: argparse.ArgumentParser) -> None:
 
 def memory_settings_from_args(args: argparse.Namespace) -> MemorySettings:
     size = getattr(args, "gpu_memory", None)
-    return MemorySettings(
-        gpu_memory_gb=parse_memory_size(size) if size else None,
-        resident_blocks=getattr(args, "resident_blocks", None),
-        fp8_weights=bool(getattr(args, "fp8_weights", False)),
-        text_encoder_placement=getattr(args, "text_encoder_placement", "device"),
+    resident = getattr(args, "resident_blocks", None)
+    return memory_settings(
+        {
+            "gpu_memory_gb": parse_memory_size(size) if size else 0.0,
+            "resident_blocks": -1 if resident is None else resident,
+            "fp8_weights": bool(getattr(args, "fp8_weights", False)),
+            "text_encoder": getattr(args, "text_encoder_placement", "device"),
+        }
     )
 
 
@@ -56,11 +65,16 @@ def add_family_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def model_flag_kwargs(args: argparse.Namespace) -> dict:
-    """`load_world_model` arguments from the flags `play` and `info` share: family, weights, LoRAs, memory levers."""
-    return {
-        "family": args.family,
-        "weights": args.weights,
-        "lora": args.lora,
-        **memory_settings_from_args(args).load_kwargs(),
-    }
+def loader_widgets_from_args(args: argparse.Namespace) -> dict:
+    """Load World Model's widget values from the flags a command has (`play`, `info`); the others keep the node's
+    defaults. File flags are paths."""
+    names = ("vae", "text_encoder", *LOADER_DEFAULTS)
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
+def load_options_from_args(args: argparse.Namespace) -> LoadOptions:
+    """`load_world_model`'s options from the flags `play` and `info` share: files, speed, family, weights, LoRAs,
+    memory levers, as the loader node builds them from its widgets."""
+    return load_options(
+        loader_widgets_from_args(args), memory=memory_settings_from_args(args), lora=getattr(args, "lora", ())
+    )

@@ -24,14 +24,16 @@ from ..controls import control_spec_of
 from ..errors import ConfigError, InferixError, MissingFileError, WorkflowError
 from ..image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
 from ..image_world import takes_start_image
+from ..models.memory import MemorySettings
 from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
 from ..text.vocabulary import VocabularyPromptEncoder
+from ..workflow.settings import cache_config, load_options, memory_settings, model_file
 from ..world_state import WorldState, read_world_state
 from .lora_option import add_lora_option
-from .memory_args import add_family_arguments, add_memory_arguments, memory_settings_from_args, model_flag_kwargs
+from .memory_args import add_family_arguments, add_memory_arguments, load_options_from_args, memory_settings_from_args
 
 log = logging.getLogger(__name__)
 
@@ -362,17 +364,7 @@ def load_setup(args: argparse.Namespace) -> PlaySetup:
     source = args.source
     if source.endswith(".json"):
         return _setup_from_workflow(Path(source), args)
-    world_model = load_world_model(
-        source,
-        vae_path=args.vae,
-        text_encoder_path=args.text_encoder,
-        dtype=args.dtype,
-        device=args.device,
-        fp8=args.fp8,
-        compile=args.compile,
-        cuda_graphs=args.cuda_graphs,
-        **model_flag_kwargs(args),
-    )
+    world_model = load_world_model(source, load_options_from_args(args))
     width, height = bundled_size() if source == "bundled" else (None, None)
     return PlaySetup(world_model, width=width, height=height)
 
@@ -403,33 +395,16 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
     if loader is None:
         raise WorkflowError(f"'{path}' has no InferixLoadWorldModel node; `inferix play` needs one to pick the model")
 
-    def file(key: str, folder: str) -> str | None:
-        value = loader.get(key)
-        if value in (None, "none", "bundled") and key != "model":
-            return None
-        return _resolve_model_file(folder, value)
-
-    world_model = load_world_model(
-        _resolve_model_file("diffusion_models", loader.get("model", "bundled")), vae_path=file("vae", "vae"),
-        preview_decoder_path=file("preview_decoder", "vae_approx"),
-        text_encoder_path=file("text_encoder", "text_encoders"),
-        dtype=args.dtype if args.dtype != "auto" else loader.get("dtype", "auto"),
-        device=args.device if args.device != "auto" else loader.get("device", "auto"),
-        attention=loader.get("attention", "auto"),
-        fp8=args.fp8 or bool(loader.get("fp8", False)), compile=args.compile or bool(loader.get("compile", False)),
-        cuda_graphs=args.cuda_graphs or bool(loader.get("cuda_graphs", False)),
-        **memory_settings_from_args(args).load_kwargs(),
-        lora=_workflow_loras(graph) + list(args.lora),
-        family=args.family if args.family != "auto" else loader.get("family", "auto"),
-        weights=args.weights if args.weights != "auto" else loader.get("weights", "auto"),
-    )  # fmt: skip
-    cache = None
-    if (kv := nodes.get("InferixKVCacheConfig")) is not None:
-        budget = float(kv.get("gpu_budget_gb") or 0)
-        cache = KVCacheConfig(window_frames=int(kv.get("window_frames", -1)), sink_frames=int(kv.get("sink_frames", 0)),
-                              page_frames=int(kv.get("page_frames", 0)), offload=kv.get("offload", "off"),
-                              gpu_budget_bytes=int(budget * 2**30) if budget > 0 else None,
-                              quantization=kv.get("quantization", "none"))  # fmt: skip
+    widgets = {**loader, **_loader_flags(args)}  # a flag given on the command line wins over the workflow
+    memory = memory_settings_from_args(args)
+    if memory == MemorySettings() and "InferixMemorySettings" in nodes:  # no memory flag: the workflow's node
+        memory = memory_settings(nodes["InferixMemorySettings"])
+    options = load_options(
+        widgets, resolve=_resolve_model_file, memory=memory, lora=_workflow_loras(graph) + list(args.lora)
+    )
+    world_model = load_world_model(model_file("model", loader.get("model", "bundled"), _resolve_model_file), options)
+    kv = nodes.get("InferixKVCacheConfig")
+    cache = cache_config(kv) if kv is not None else None
     gen = nodes.get("InferixBlockDenoise", {})
     prompt = gen.get("prompt") if isinstance(gen.get("prompt"), str) else ""
     image = nodes.get("LoadImage", {}).get("image")  # core Load Image: a file in ComfyUI's input folder
@@ -444,6 +419,14 @@ def _setup_from_workflow(path: Path, args: argparse.Namespace) -> PlaySetup:
         start_image=_resolve_input_image(image) if image and not args.image else None,
         clip_vision=_resolve_model_file("clip_vision", clip) if clip and not args.clip_vision else None,
     )
+
+
+def _loader_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The loader settings given as flags: a speed option turned on, dtype, device, family or weights not 'auto'."""
+    flags: dict[str, Any] = {name: True for name in ("fp8", "compile", "cuda_graphs") if getattr(args, name)}
+    flags.update({name: getattr(args, name) for name in ("dtype", "device", "family", "weights")
+                  if getattr(args, name) != "auto"})  # fmt: skip
+    return flags
 
 
 def _resolve_input_image(name: str) -> str:

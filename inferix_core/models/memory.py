@@ -1,9 +1,9 @@
 """MemorySettings: how a world model is placed in memory (block swap, fp8 weights, text encoder).
 
 One frozen object for the loader's memory levers, so the node, the CLI and Python pass the same thing
-(`load_world_model(**settings.load_kwargs())`). Why these levers: most ComfyUI users have 8–24 GB;
-the transformer weights (2.6 GB at 1.3B, 28 GB at 14B in bf16) and umT5-XXL (11 GB) are what does not
-fit, so they are what moves off the GPU (docs/memory.md).
+(`workflow.settings.load_options(..., memory=settings)`, or `load_world_model(**settings.load_kwargs())`).
+Why these levers: most ComfyUI users have 8–24 GB; the transformer weights (2.6 GB at 1.3B, 28 GB at 14B in
+bf16) and umT5-XXL (11 GB) are what does not fit, so they are what moves off the GPU (docs/memory.md).
 """
 
 from __future__ import annotations

@@ -126,9 +126,9 @@ def test_loaders_default_to_auto():
     import inspect
 
     from inferix_core.benchmark import BenchConfig
-    from inferix_core.models.registry import load_world_model
+    from inferix_core.models.registry import LoadOptions
     from inferix_core.models.state_dict import world_model_from_state_dict
 
-    assert inspect.signature(load_world_model).parameters["attention"].default == "auto"
+    assert LoadOptions().attention == "auto"  # load_world_model's settings
     assert inspect.signature(world_model_from_state_dict).parameters["attention"].default == "auto"
     assert BenchConfig().attention == "auto"

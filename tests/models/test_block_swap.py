@@ -212,7 +212,7 @@ def test_a_text_encoder_that_leaves_no_plan_moves_off_the_gpu(tmp_path):
     """Resident umT5 would leave no plan even with every block streamed: 'offload' when it fits beside what the
     run keeps on the GPU for an encode, else 'cpu'; a placement that fits is kept."""
     from inferix_core.cache.planner import plan_memory
-    from inferix_core.models.registry import _planned_resident_blocks, get_family
+    from inferix_core.models.registry import get_family, planned_resident_blocks
     from inferix_core.vae.memory import DECODE_SLICINGS
 
     cfg = WanConfig(dim=64, ffn_dim=128, freq_dim=16, text_dim=8, text_len=4, num_heads=2, num_layers=6)
@@ -238,8 +238,8 @@ def test_a_text_encoder_that_leaves_no_plan_moves_off_the_gpu(tmp_path):
     with open(large, "wb") as f:
         f.truncate(usable - kept + 1)  # cannot sit beside what the run keeps either
     args = (cfg, fam, budget, torch.float32, False)
-    assert _planned_resident_blocks(*args, str(small), "device")[2] == "offload"
-    assert _planned_resident_blocks(*args, str(large), "device")[2] == "cpu"
-    assert _planned_resident_blocks(*args, str(small), "cpu")[2] == "cpu"  # nothing to move: kept as asked
+    assert planned_resident_blocks(*args, str(small), "device")[2] == "offload"
+    assert planned_resident_blocks(*args, str(large), "device")[2] == "cpu"
+    assert planned_resident_blocks(*args, str(small), "cpu")[2] == "cpu"  # nothing to move: kept as asked
     with pytest.raises(CacheBudgetError, match="more than the budget"):
-        _planned_resident_blocks(cfg, fam, smallest.total_bytes - 1, torch.float32, False, str(small), "device")
+        planned_resident_blocks(cfg, fam, smallest.total_bytes - 1, torch.float32, False, str(small), "device")

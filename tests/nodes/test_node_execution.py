@@ -238,7 +238,9 @@ def test_workflow_saved_before_the_speed_options_still_runs(node_classes, output
 
     calls = []
     real = registry.load_world_model
-    monkeypatch.setattr(registry, "load_world_model", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    monkeypatch.setattr(
+        registry, "load_world_model", lambda path, options: calls.append(vars(options)) or real(path, options)
+    )
     loader["device"] = "cpu"
     result = execute(api, node_classes, output_dir=output_dir, progress=False)
     assert [(kw["fp8"], kw["compile"], kw["family"], kw["weights"], kw["cuda_graphs"]) for kw in calls] == [
