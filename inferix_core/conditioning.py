@@ -65,9 +65,13 @@ def actions_to_tensor(world_model: WorldModel, actions, num_frames: int) -> torc
 
 def latent_size(world_model: WorldModel, width: int, height: int) -> tuple[int, int]:
     s = world_model.spatial_compression
-    step = s * world_model.config.patch_size[1]
-    if width % step or height % step:
-        raise ConfigError(f"width and height must be multiples of {step}; got {width}x{height}")
+    step = s * world_model.config.patch_size[1]  # WorldModel.size_step, read off the same config
+    if width % step or height % step or width < step or height < step:
+        near = "x".join(str(max(step, round(v / step) * step)) for v in (width, height))
+        raise ConfigError(
+            f"width and height must be multiples of {step} for this {world_model.family} model (VAE stride {s} x "
+            f"patch {world_model.config.patch_size[1]}); got {width}x{height}, try {near}"
+        )
     return height // s, width // s
 
 

@@ -65,7 +65,7 @@ def test_prompt_schedule_and_actions():
     assert torch.isfinite(c.latents).all()
     with pytest.raises(ConfigError, match="unknown actions"):
         generate_video(wm, "", num_blocks=1, width=48, height=32, actions=["jump"], decode=False)
-    with pytest.raises(ConfigError, match="multiples of 16"):
+    with pytest.raises(ConfigError, match=r"multiples of 16 .*got 40x32, try 32x32"):
         generate_video(wm, "", num_blocks=1, width=40, height=32, decode=False)
 
 

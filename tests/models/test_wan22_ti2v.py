@@ -382,3 +382,21 @@ def test_a_start_image_is_one_decision_for_the_facade_and_branch_video(fx, tmp_p
     torch.testing.assert_close(by_image, by_frame, atol=0, rtol=0)
     with pytest.raises(ConfigError, match="TI2V"):
         branch_video(wm, "a", ["b"], past_blocks=1, future_blocks=1, width=w * s, height=h * s, start_image=str(image))
+
+
+def test_an_interactive_session_refuses_a_size_the_wan22_stride_does_not_divide(fx):
+    """A Wan 2.2 / LongLive 2.0 model needs multiples of 32 (VAE stride 16 x patch 2): a session at a multiple of
+    16 only is refused in one line that names the model's step and the nearest sizes, before any model work."""
+    from inferix_core.errors import ConfigError
+    from inferix_core.models.registry import load_world_model
+    from inferix_core.session import InteractiveSession
+
+    path, _info, t, _ = fx
+    vae_files = sorted(path.parent.glob("wan22_vae*.safetensors"))
+    if not vae_files:
+        pytest.skip("no Wan 2.2 VAE fixture")
+    wm = load_world_model(str(path), vae_path=str(vae_files[0]), device="cpu", dtype="fp32")
+    step = wm.size_step
+    assert step == 32
+    with pytest.raises(ConfigError, match=rf"multiples of {step} for this {wm.family} model.*try {2 * step}x{step}"):
+        InteractiveSession(wm, t["context"].unsqueeze(0), width=2 * step + 16, height=step, decode=False)
