@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from inferix_core.controls import control_spec_of
-from inferix_core.image_world import takes_start_image
+from inferix_core.image_world import start_image_role
 
 from . import comfy_runtime as rt
 from . import live_controls, types
@@ -390,7 +390,8 @@ class InferixBlockDenoise(io.ComfyNode):
         hooks = rt.BlockHooks(cls.hidden.unique_id, num_blocks)
         with contextlib.ExitStack() as stack:
             actions = action_schedule
-            spec = control_spec_of(world_model) if start_image is not None and takes_start_image(world_model) else None
+            image_world = start_image is not None and start_image_role(world_model, start_image) == "image_world"
+            spec = control_spec_of(world_model) if image_world else None
             if spec is not None and action_schedule is None:  # steered live from the page (web_ext/inferix_live.js)
                 actions = stack.enter_context(live_controls.open_channel(str(cls.hidden.unique_id), spec))
                 rt.send_event("inferix.controls", {"node": str(cls.hidden.unique_id), "controls": spec.page_config()})

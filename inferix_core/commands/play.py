@@ -23,7 +23,7 @@ from ..cache import KVCacheConfig
 from ..controls import control_spec_of
 from ..errors import ConfigError, InferixError, MissingFileError, WorkflowError
 from ..image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
-from ..image_world import takes_start_image
+from ..image_world import start_image_role, takes_start_image
 from ..models.memory import MemorySettings
 from ..models.registry import WorldModel, load_world_model
 from ..session import InteractiveSession, SessionBlock
@@ -241,7 +241,7 @@ def play(
     With `save`, the world is written there when the session ends and, at each "save" input, to
     `<stem>_NNNNN.safetensors` beside it (never overwriting); `world_state` continues a saved world.
     """
-    controls = control_spec_of(world_model) if takes_start_image(world_model) or start_image is not None else None
+    controls = control_spec_of(world_model) if start_image_role(world_model, start_image) == "image_world" else None
     keys = dict(key_actions) if key_actions is not None else key_map(world_model.action_names)
     if controls is not None:  # keyboard/mouse models: held keys and mouse-look, no named actions
         keys = {}
