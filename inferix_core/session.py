@@ -1,8 +1,8 @@
 """InteractiveSession: one open-ended stream that a person (or a program) steers between blocks.
 
-The session owns everything one stream needs (pipeline, KV cache, prompt K/V, noise source, streaming
-decoder, sinks) and runs the same per-block body as `BlockDiffusionPipeline.stream()`
-(`denoise_block`). Inputs (prompt, action, pause, resume, stop) are queued and applied only at block
+The session is a client of the engine: an `Engine` and one `Stream` (KV cache, prompt K/V, noise source,
+streaming decoder, sinks, resident blocks); each block is `Engine.step`, the same block body as
+`generate_video` and `BlockDiffusionPipeline.stream()` (pipeline/loop.py `advance`). Inputs (prompt, action, pause, resume, stop) are queued and applied only at block
 boundaries, in arrival order. A prompt switch re-caches the resident window under the new prompt
 (LongLive's "KV re-cache", arXiv:2509.22622) unless `hard_switch=True`. It does not serve HTTP
 or read keys: `inferix play` (commands/play.py) wires a LiveView to it. See docs/interactive.md.
