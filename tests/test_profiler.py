@@ -10,6 +10,7 @@ import pytest
 
 from inferix_core.errors import ConfigError
 from inferix_core.profiling import NullProfiler, Profiler, ProfileReport
+from inferix_core.profiling.html_report import render_html
 
 NUM_BLOCKS, FRAMES_PER_BLOCK = 5, 12
 TEXT_S, STEP_S, DECODE_S = 0.03, 0.02, 0.01
@@ -78,7 +79,7 @@ def test_json_round_trip_and_html() -> None:
     text = report.to_json()
     assert ProfileReport.from_json(text) == report
     assert json.loads(text)["meta"] == {"model": "fake", "steps": NUM_STEPS}
-    page = report.to_html()
+    page = render_html(report)
     assert page.count("<svg") == 2 and 'id="block-times"' in page and 'id="memory"' in page
     assert page.count('class="bar"') == NUM_BLOCKS and "<polyline" in page
     assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained

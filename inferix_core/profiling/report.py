@@ -1,7 +1,7 @@
 """The profile of one run as plain data: dataclasses that round-trip through JSON.
 
-Produced by ``Profiler.report()``; rendered by ``html_report.render_html``. Times are seconds from the
-run start (host ``perf_counter``); ``gpu_s`` fields are CUDA-event durations, ``None`` on CPU.
+Produced by ``Profiler.report()``; rendered as a page by ``html_report.render_html(report)`` (which reads this
+module, never the other way). Times are seconds from the run start (host ``perf_counter``); ``gpu_s`` fields are CUDA-event durations, ``None`` on CPU.
 """
 
 from __future__ import annotations
@@ -93,9 +93,3 @@ class ProfileReport:
     @classmethod
     def from_json(cls, text: str) -> ProfileReport:
         return cls.from_dict(json.loads(text))
-
-    def to_html(self) -> str:
-        """Self-contained HTML page with inline SVG plots (no scripts, no external assets)."""
-        from inferix_core.profiling.html_report import render_html
-
-        return render_html(self)
