@@ -1,7 +1,8 @@
 """The profile of one run as plain data: dataclasses that round-trip through JSON.
 
 Produced by ``Profiler.report()``; rendered as a page by ``html_report.render_html(report)`` (which reads this
-module, never the other way). Times are seconds from the run start (host ``perf_counter``); ``gpu_s`` fields are CUDA-event durations, ``None`` on CPU.
+module, never the other way). Times are seconds from the run start (host ``perf_counter``); ``gpu_s`` fields are
+CUDA-event durations, ``None`` on CPU.
 """
 
 from __future__ import annotations
