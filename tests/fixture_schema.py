@@ -84,6 +84,34 @@ def fixture_kind(info: dict, keys) -> str:
     return "other"
 
 
+OWN_KINDS = ("wan22_ti2v", "longlive2_run", "longlive2_lora", "unipc", "wan22_vae", "wan_i2v", "clip_vision")
+
+
+def own_kind(info: dict, keys) -> str | None:
+    """Which of this repository's own schemas an `other` fixture follows (tests/fixtures/README.md "Files"), from its
+    tensors and `info` (never its name): `wan22_ti2v` (gen_wan22_ti2v: `flow_ti2v`), `longlive2_run` /
+    `longlive2_lora` (gen_longlive2*: `info.run`, `output_latents`; the LoRA one with `merged.*`), `unipc`
+    (gen_longlive2_unipc: `case0.samples`), `wan22_vae` (gen_wan22_vae: `config.dec_dim`, `z`), `wan_i2v`
+    (gen_wan_i2v: `clip_tokens`, `pipeline`) and `clip_vision` (gen_matrix_game2_clip: `weights.visual.*`, `tokens`)."""
+    if fixture_kind(info, keys) != "other":
+        return None
+    names = set(keys)
+    cfg = info.get("config") or {}
+    if "flow_ti2v" in names and "timestep_per_frame" in names:
+        return "wan22_ti2v"
+    if isinstance(info.get("run"), dict) and "output_latents" in names:
+        return "longlive2_lora" if any(k.startswith("merged.") for k in names) else "longlive2_run"
+    if "case0.samples" in names and "A" in names:
+        return "unipc"
+    if "dec_dim" in cfg and "z_dim" in cfg and "z" in names:
+        return "wan22_vae"
+    if "clip_tokens" in names and "cond_concat" in names and "pipeline" in info:
+        return "wan_i2v"
+    if "tokens" in names and any(k.startswith("weights.visual.") for k in names):
+        return "clip_vision"
+    return None
+
+
 def _shape(t) -> list[int]:
     return list(t.shape) if hasattr(t, "shape") else list(t.get_shape())
 

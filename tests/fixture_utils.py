@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 
 from inferix_core.pipeline import GenerationRequest, PipelineHooks
-from tests.fixture_schema import fixture_kind
+from tests.fixture_schema import OWN_KINDS, fixture_kind, own_kind
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,12 +50,14 @@ def fixture_header(path: Path) -> tuple[dict, frozenset[str]]:
 
 
 def files_of_kind(kind: str, where=None) -> list[Path]:
-    """Every tests/fixtures/*.safetensors of a schema kind (`fixture_schema.fixture_kind`), told by content;
-    `where(info, names)` narrows them (e.g. to runs with `lora.*` tensors)."""
+    """Every tests/fixtures/*.safetensors of a schema kind (`fixture_schema.fixture_kind`, or one of this
+    repository's own schemas, `fixture_schema.own_kind`), told by content; `where(info, names)` narrows them
+    (e.g. to runs with `lora.*` tensors)."""
+    of = own_kind if kind in OWN_KINDS else fixture_kind
     out = []
     for path in sorted(FIXTURES.glob("*.safetensors")):
         info, names = fixture_header(path)
-        if fixture_kind(info, names) == kind and (where is None or where(info, names)):
+        if of(info, names) == kind and (where is None or where(info, names)):
             out.append(path)
     return out
 

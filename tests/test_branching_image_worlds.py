@@ -39,11 +39,11 @@ from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig, Seeded
 from inferix_core.session import InteractiveSession
 from inferix_core.vae import WanVAE
 from inferix_core.vae.pixel_window import PixelWindowEncoder
-from tests.fixture_utils import FIXTURES, files_of_kind, fixture_files, fixture_weights, read_fixture
+from tests.fixture_utils import FIXTURES, files_of_kind, fixture_weights, read_fixture
 from tests.matrix_game2_utils import build
 from tests.test_api import tiny_world
 
-I2V = fixture_files("wan_i2v_*.safetensors")
+I2V = files_of_kind("wan_i2v")
 MG2 = files_of_kind("matrix_game2")
 W, H = 48, 32  # the tiny VAE's 8x: latents 6 x 4
 

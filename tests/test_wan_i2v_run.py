@@ -21,9 +21,9 @@ from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.session import InteractiveSession
 from inferix_core.vae import WanVAE
-from tests.fixture_utils import FIXTURES, fixture_files, fixture_weights, read_fixture
+from tests.fixture_utils import FIXTURES, files_of_kind, fixture_weights, read_fixture
 
-FILES = fixture_files("wan_i2v_*.safetensors")
+FILES = files_of_kind("wan_i2v")
 pytestmark = pytest.mark.skipif(not FILES, reason="no wan_i2v_*.safetensors in tests/fixtures")
 W, H, BLOCKS = 48, 32, 2  # latents 6 × 4 through the tiny VAE's 8×
 

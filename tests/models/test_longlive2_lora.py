@@ -9,7 +9,6 @@ tests/fixtures/longlive2_lora*.safetensors are written by bench/fixtures/gen_lon
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,8 +21,9 @@ from inferix_core.models.wan.checkpoint import save_wan_checkpoint
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
 from inferix_core.scheduler import FlowUniPCSolver
+from tests.fixture_utils import files_of_kind
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("longlive2_lora*.safetensors"))
+FIXTURES = files_of_kind("longlive2_lora")
 
 
 @pytest.fixture(params=FIXTURES, ids=[p.name for p in FIXTURES], scope="module")

@@ -55,6 +55,11 @@ RELEASED = {
         timestep_shift=5.0,
         num_frame_per_block=1,
     ),
+    # Wan 2.1 I2V run causally by guandeh17/Self-Forcing's loop with configs/self_forcing_dmd.yaml (no authors'
+    # causal Wan 2.1 I2V release; bench/fixtures/gen_wan_i2v.py's reference): global attention, no sink
+    "wan21_i2v": dict(
+        denoising_step_list=[1000, 750, 500, 250], warp_denoising_step=True, timestep_shift=5.0, num_frame_per_block=3
+    ),
     # NVlabs/LongLive configs/longlive_inference.yaml (local_attn_size 12, sink_size 3 under model_kwargs)
     "longlive": dict(
         denoising_step_list=[1000, 750, 500, 250],

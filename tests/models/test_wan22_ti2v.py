@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,9 @@ from inferix_core.models.wan.checkpoint import load_wan_checkpoint
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.models.wan.shapes import expected_wan_shapes, infer_wan_config
 from inferix_core.pipeline.block_diffusion import SeededNoise
+from tests.fixture_utils import files_of_kind
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("wan22_ti2v*.safetensors"))
+FIXTURES = files_of_kind("wan22_ti2v")
 ATOL = 1e-4
 
 

@@ -10,7 +10,6 @@ scene-cut prefix) with `multi_shot_sink` (pinned shot sinks) and `multi_shot_rop
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,8 +21,9 @@ from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.checkpoint import load_wan_checkpoint
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
 from inferix_core.scheduler import FlowUniPCSolver
+from tests.fixture_utils import files_of_kind
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("longlive2_tiny*.safetensors"))
+FIXTURES = files_of_kind("longlive2_run")
 ATOL = 1e-4
 
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheSpec, create_kv_cache
-from inferix_core.models.registry import get_family
 from inferix_core.models.wan.block_inputs import StartImageBlockInput, StartImageConditioning
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
@@ -20,7 +19,7 @@ from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from tests.fixture_utils import (
     FixtureNoise,
     Recorder,
-    fixture_files,
+    files_of_kind,
     fixture_weights,
     read_fixture,
 )
@@ -32,7 +31,7 @@ from tests.fixture_utils import (
 )
 
 ATOL = 1e-4
-FILES = fixture_files("wan_i2v_*.safetensors")
+FILES = files_of_kind("wan_i2v")
 IDS = [f.name for f in FILES]
 pytestmark = pytest.mark.skipif(not FILES, reason="no wan_i2v_*.safetensors in tests/fixtures")
 
@@ -120,13 +119,6 @@ def test_pipeline_parity(path):
         torch.testing.assert_close(x0, t[f"block{b}.step{s}.x0_pred"], atol=ATOL, rtol=0)
     assert len(rec.x0) == p["num_blocks"] * len(p["denoising_step_list"])
     assert pipe.kv_cache.num_calls == info["trace"]["model_calls"]
-
-
-@pytest.mark.parametrize("path", FILES, ids=IDS)
-def test_registry_family_samples_as_the_reference(path):
-    info, _ = read_fixture(path)
-    fam = get_family(info["family"])
-    assert fam.sampling == sampling_from(info["pipeline"]) and fam.cache == cache_from(info["pipeline"])
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)

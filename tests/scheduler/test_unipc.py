@@ -7,7 +7,6 @@ scheduler driven as their pipeline drives it; the fixed linear "model" is replay
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +15,9 @@ from safetensors.torch import load_file
 
 from inferix_core.errors import ConfigError
 from inferix_core.scheduler.unipc import FlowUniPCSolver
+from tests.fixture_utils import files_of_kind
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("longlive2_unipc*.safetensors"))
+FIXTURES = files_of_kind("unipc")
 
 
 @pytest.fixture(params=FIXTURES, ids=[p.name for p in FIXTURES], scope="module")

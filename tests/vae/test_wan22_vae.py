@@ -20,7 +20,7 @@ from inferix_core.vae import WAN22_LATENT_MEAN, WAN22_LATENT_STD, VAEDecodeOptio
 from tests.fixture_utils import files_of_kind
 
 FIXTURE_DIR = Path(__file__).parents[1] / "fixtures"
-FIXTURES = sorted(FIXTURE_DIR.glob("wan22_vae*.safetensors"))
+FIXTURES = files_of_kind("wan22_vae")
 ATOL = 1e-4
 
 

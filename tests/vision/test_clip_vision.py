@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +14,9 @@ from safetensors.torch import load_file, save_file
 from inferix_core.errors import CheckpointLayoutError, ConfigError
 from inferix_core.vision import CLIPVisionEncoder, clip_pixel_values, tokens_from_clip_vision_output
 from inferix_core.vision.clip_vision import CLIP_MEAN, CLIP_STD
+from tests.fixture_utils import files_of_kind
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures").glob("clip_vision_mg2_*.safetensors"))
+FIXTURES = files_of_kind("clip_vision")
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
