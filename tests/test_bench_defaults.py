@@ -170,13 +170,13 @@ def test_the_last_context_pass_is_skipped_as_users_get_it(monkeypatch):
     from inferix_core.pipeline import BlockDiffusionPipeline
 
     seen = []
-    real = BlockDiffusionPipeline.stream
+    real = BlockDiffusionPipeline.check_request  # every driver of a request opens it through here (pipeline/loop.py)
 
-    def spy(self, request, hooks=None):
+    def spy(self, request):
         seen.append(request.final_context_pass)
-        return real(self, request, hooks)
+        return real(self, request)
 
-    monkeypatch.setattr(BlockDiffusionPipeline, "stream", spy)
+    monkeypatch.setattr(BlockDiffusionPipeline, "check_request", spy)
     world = registry.load_world_model("bundled", device="cpu")
     for keep in (False, True):
         generate_video(world, "", width=96, height=96, num_blocks=1, decode=False, keep_world_state=keep)
