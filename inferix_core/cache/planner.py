@@ -72,6 +72,7 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "host_available_bytes",
     "host_memory",
     "measured_non_torch_bytes",
+    "plan_for",
     "plan_forks",
     "plan_memory",
     "plan_resident_blocks",
@@ -269,17 +270,39 @@ def plan_memory(
         non_torch_bytes: device memory outside PyTorch's allocator that the budget must also hold (the CUDA
             context, cuBLAS/cuDNN workspaces; `planned_non_torch_bytes()`); 0 on the CPU.
     """
-    cfg = model_config
-    elem = element_bytes(dtype)
-    spec = kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames)
+    given = PlanInput(latent_h, latent_w, block_frames, max_frames, batch, dtype=dtype, budget_bytes=budget_bytes,
+                      decode_overlaps=decode_overlaps)  # fmt: skip
+    return plan_for(
+        given, model_config, cache_config, vae_dim=vae_dim, vae_bytes=vae_bytes, resident_blocks=resident_blocks,
+        fp8_block_weights=fp8_block_weights, vae_memory=vae_memory, decode_slicing=decode_slicing,
+        non_torch_bytes=non_torch_bytes,
+    )  # fmt: skip
+
+
+def plan_for(
+    given: PlanInput,
+    model_config,
+    cache_config: KVCacheConfig,
+    *,
+    vae_dim: int = 96,
+    vae_bytes: int | None = None,
+    resident_blocks: int | None = None,
+    fp8_block_weights: bool = False,
+    vae_memory: VAEMemory | None = None,
+    decode_slicing: DecodeSlicing | None = None,
+    non_torch_bytes: int = 0,
+) -> MemoryPlan:
+    """`plan_memory` from one input record (`memory.PlanInput`: the shape, `streams` as the batch, the budget);
+    the rest as `plan_memory`'s arguments of the same names."""
+    cfg, batch, block_frames = model_config, given.streams, given.block_frames
+    elem = element_bytes(given.dtype)
+    spec = kv_spec(cfg, given.latent_h, given.latent_w, block_frames, batch, given.dtype, given.max_frames)
     cache_config.check_block(block_frames)
-    vae = _vae_memory(cfg.in_dim, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory)
-    if decode_slicing is not None or budget_bytes is None:
+    vae = _vae_memory(cfg.in_dim, given.latent_h, given.latent_w, batch, elem, vae_dim, vae_bytes, vae_memory)
+    if decode_slicing is not None or given.budget_bytes is None:
         slicings = (vae.default if decode_slicing is None else decode_slicing,)
     else:
         slicings = vae.slicings  # with a budget: the fastest that leaves the requested cache room
-    given = PlanInput(latent_h, latent_w, block_frames, max_frames, batch, dtype=dtype, budget_bytes=budget_bytes,
-                      decode_overlaps=decode_overlaps)  # fmt: skip
     parts = [
         TransformerCost(cfg, spec, cache_config, elem, (resident_blocks,), fp8_block_weights),
         DecoderCost(vae, slicings),
