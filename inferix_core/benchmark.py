@@ -279,25 +279,19 @@ def bench_non_torch_bytes(cfg: BenchConfig) -> int:
 
 def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None, decode_slicing=None):
     """The memory planner's estimate for this benchmark's run (what `planned_gib` reports)."""
-    from .cache import plan_memory
+    from .cache.planner import plan_for
+    from .memory import PlanInput
 
     preset = PRESETS[cfg.preset]
-    return plan_memory(
-        preset["config"],
-        preset["latent_height"],
-        preset["latent_width"],
-        cache,
-        dtype=DTYPES[cfg.dtype],
-        block_frames=cfg.block_frames,
-        max_frames=cfg.latent_frames,
-        vae_bytes=None if cfg.vae_decode else 0,
-        resident_blocks=resident_blocks,
-        fp8_block_weights=cfg.fp8 or cfg.fp8_weights,
-        vae_memory=bench_vae_memory(cfg),
-        decode_slicing=decode_slicing,
-        decode_overlaps=cfg.overlap_decode,
+    given = PlanInput(
+        preset["latent_height"], preset["latent_width"], cfg.block_frames, cfg.latent_frames,
+        dtype=DTYPES[cfg.dtype], decode_overlaps=cfg.overlap_decode,
+    )  # fmt: skip
+    return plan_for(
+        given, preset["config"], cache, vae_bytes=None if cfg.vae_decode else 0, resident_blocks=resident_blocks,
+        fp8_block_weights=cfg.fp8 or cfg.fp8_weights, vae_memory=bench_vae_memory(cfg), decode_slicing=decode_slicing,
         non_torch_bytes=bench_non_torch_bytes(cfg),
-    )
+    )  # fmt: skip
 
 
 BENCH_DECODE_SLICINGS = {

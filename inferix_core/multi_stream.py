@@ -31,8 +31,9 @@ import numpy as np
 import torch
 
 from .branching import pixels_to_frames
-from .cache.planner import MemoryPlan, available_memory_bytes, plan_memory
+from .cache.planner import MemoryPlan, available_memory_bytes, plan_for
 from .errors import CacheBudgetError, ConfigError, ShapeMismatchError
+from .memory import PlanInput
 from .pipeline import BlockDiffusionPipeline, BlockOutput
 from .pipeline.batched import denoise_streams
 from .pipeline.block_diffusion import StreamState
@@ -208,17 +209,12 @@ class MultiStreamEngine:
 
     def plan(self, num_streams: int, extra: StreamRequest | list[StreamRequest] | None = None) -> MemoryPlan:
         """The planner's estimate for `num_streams` streams batched (each a batch row)."""
-        return plan_memory(
-            self.pipe.model.config,
-            self.latent_height,
-            self.latent_width,
-            self.pipe.cache_config,
-            batch=num_streams,
-            dtype=self.pipe.dtype,
-            budget_bytes=self.budget_bytes,
-            block_frames=self.pipe.sampling.block_frames,
-            max_frames=self._max_frames(extra),
-            vae_bytes=self.decoder_bytes * num_streams,
+        given = PlanInput(
+            self.latent_height, self.latent_width, self.pipe.sampling.block_frames, self._max_frames(extra),
+            num_streams, dtype=self.pipe.dtype, budget_bytes=self.budget_bytes,
+        )  # fmt: skip
+        return plan_for(
+            given, self.pipe.model.config, self.pipe.cache_config, vae_bytes=self.decoder_bytes * num_streams
         )
 
     def _fits(self, plan: MemoryPlan) -> bool:

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
-from .cache import KVCacheConfig, MemoryPlan, plan_memory
+from .cache import KVCacheConfig, MemoryPlan
+from .cache.planner import plan_for
 from .conditioning import latent_size
 from .errors import CacheBudgetError
+from .memory import PlanInput
 from .models.registry import WorldModel
 from .pipeline import SamplingConfig
 
@@ -23,6 +26,7 @@ def plan_run(
     sampling: SamplingConfig | None = None,
     num_initial_frames: int = 0,
     available_bytes: int | None = None,
+    streams: int = 1,
 ) -> MemoryPlan:
     """The memory plan of one run, with `cache.gpu_budget_bytes` as the KV cache's share of the GPU.
 
@@ -31,32 +35,31 @@ def plan_run(
     what the device has free now (CUDA) plus the weights already loaded there; on the CPU the whole plan
     is host memory. Either way the decoded frames the run keeps (uint8, in host RAM) are counted against
     the RAM available (`available_bytes`, default: MemAvailable). `check_plan` refuses what does not fit,
-    before anything is allocated, naming the cheapest fix. Allocates nothing.
+    before anything is allocated, naming the cheapest fix. Allocates nothing. One `memory.PlanInput` is built
+    (`streams`: runs batched as one, each a batch row with its own decoder and frames); the budget fills it in.
     """
     from .cache.plan_costs import available_memory_bytes, host_available_bytes, host_memory
 
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
     lat_h, lat_w = latent_size(world_model, width, height)
-    args = dict(
-        model_config=world_model.config,
-        latent_h=lat_h,
-        latent_w=lat_w,
-        cache_config=cache,
-        dtype=world_model.dtype,
-        vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
-        block_frames=sampling.block_frames,
-        max_frames=num_initial_frames + num_blocks * sampling.block_frames,
-        **decoder_memory(world_model.vae, lat_h, lat_w, sampling.block_frames),
-    )
-    plan = plan_memory(**args)
     on_cuda = world_model.device.type == "cuda"
+    max_frames = num_initial_frames + num_blocks * sampling.block_frames
+    given = PlanInput(lat_h, lat_w, sampling.block_frames, max_frames, streams, dtype=world_model.dtype,
+                      on_cuda=on_cuda)  # fmt: skip  # the one input record; the budget is filled in below
+    parts = dict(
+        vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
+        **decoder_memory(world_model.vae, lat_h, lat_w, sampling.block_frames, streams),
+    )
+    plan = plan_for(given, world_model.config, cache, **parts)
     if cache.gpu_budget_bytes is not None:
         own = plan.decode.slicing if plan.decode is not None else None  # the cache's share is what is asked
-        plan = plan_memory(**args, budget_bytes=plan.fixed_bytes + cache.gpu_budget_bytes, decode_slicing=own)
+        budget = plan.fixed_bytes + cache.gpu_budget_bytes
+        plan = plan_for(replace(given, budget_bytes=budget), world_model.config, cache, **parts, decode_slicing=own)
     elif on_cuda:  # no budget given: what the GPU has free, plus the weights already there
         free, source = available_memory_bytes(world_model.device)
-        plan = plan_memory(**args, budget_bytes=free + resident_bytes(world_model))
+        budget = free + resident_bytes(world_model)
+        plan = plan_for(replace(given, budget_bytes=budget), world_model.config, cache, **parts)
         plan.budget_source = source
     plan.device_type = world_model.device.type  # the plan's text says where its totals live
     host_free = host_available_bytes() if available_bytes is None else available_bytes
@@ -65,7 +68,7 @@ def plan_run(
     other = cost.host_bytes if on_cuda else max(0, plan.total_bytes - resident_bytes(world_model))
     tc = world_model.temporal_compression
     plan.host = host_memory(
-        frame_bytes=width * height * 3,
+        frame_bytes=width * height * 3 * streams,
         frames_for_blocks=lambda n: 1 + tc * (n * sampling.block_frames - 1) if n > 0 else 0,
         num_blocks=num_blocks,
         other_bytes=other,
@@ -86,18 +89,18 @@ def resident_bytes(world_model: WorldModel) -> int:
     return total
 
 
-def decoder_memory(vae, lat_h: int, lat_w: int, block_frames: int) -> dict:
+def decoder_memory(vae, lat_h: int, lat_w: int, block_frames: int, streams: int = 1) -> dict:
     """The planner's arguments for the model's own decoder: a Wan 2.1 VAE's counted memory model (so the
     plan may slice its decode), another decoder's weights + working set; nothing (the Wan estimate) without one."""
     from .vae import Wan22VAE, WanVAE
     from .vae.memory import VAEMemory
 
     if isinstance(vae, WanVAE) and not isinstance(vae, Wan22VAE):
-        return {"vae_memory": VAEMemory.for_vae(vae, lat_h, lat_w)}
+        return {"vae_memory": VAEMemory.for_vae(vae, lat_h, lat_w, streams)}
     if vae is None or not hasattr(vae, "decode_working_set_bytes"):
         return {}
     weights = sum(p.numel() * p.element_size() for p in vae.parameters())
-    return {"vae_bytes": weights + vae.decode_working_set_bytes(lat_h, lat_w, block_frames)}
+    return {"vae_bytes": (weights + vae.decode_working_set_bytes(lat_h, lat_w, block_frames)) * streams}
 
 
 def check_plan(plan: MemoryPlan, world_model: WorldModel | None = None) -> KVCacheConfig:

@@ -22,6 +22,7 @@ import torch
 
 from ..errors import CacheBudgetError
 from ..memory import Fixed, PlanInput, compose
+from ..text.cost import TEXT, TextEncoderCost
 from ..vae.cost import DecoderCost, estimated_memory, estimated_vae_bytes
 from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
 from .cost import KV, TRANSFORMER, KVCost, TransformerCost
@@ -51,7 +52,7 @@ from .spec import KVCacheConfig, KVCacheSpec
 
 log = logging.getLogger(__name__)
 
-DECODER, CONTEXT, TEXT = "decoder", "cuda context", "text encoder"  # the other rows' names
+DECODER, CONTEXT = "decoder", "cuda context"  # the other rows' names (TEXT: text/cost.py)
 
 __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan_costs and fork_plan
     "ALLOCATOR_HEADROOM_FRACTION",
@@ -71,6 +72,7 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "host_available_bytes",
     "host_memory",
     "measured_non_torch_bytes",
+    "plan_for",
     "plan_forks",
     "plan_memory",
     "plan_resident_blocks",
@@ -109,6 +111,7 @@ class MemoryPlan:
     decode_overlaps: bool = False
     non_torch_bytes: int = 0  # CUDA context + cuBLAS/cuDNN workspaces: on the card, outside PyTorch's allocator
     device_type: str = "cuda"  # where the run's tensors live ("cpu": the totals are host memory)
+    text_placement: str | None = None  # the text encoder's placement as planned (plan_resident_blocks' text row)
 
     @property
     def feasible(self) -> bool:
@@ -267,17 +270,39 @@ def plan_memory(
         non_torch_bytes: device memory outside PyTorch's allocator that the budget must also hold (the CUDA
             context, cuBLAS/cuDNN workspaces; `planned_non_torch_bytes()`); 0 on the CPU.
     """
-    cfg = model_config
-    elem = element_bytes(dtype)
-    spec = kv_spec(cfg, latent_h, latent_w, block_frames, batch, dtype, max_frames)
+    given = PlanInput(latent_h, latent_w, block_frames, max_frames, batch, dtype=dtype, budget_bytes=budget_bytes,
+                      decode_overlaps=decode_overlaps)  # fmt: skip
+    return plan_for(
+        given, model_config, cache_config, vae_dim=vae_dim, vae_bytes=vae_bytes, resident_blocks=resident_blocks,
+        fp8_block_weights=fp8_block_weights, vae_memory=vae_memory, decode_slicing=decode_slicing,
+        non_torch_bytes=non_torch_bytes,
+    )  # fmt: skip
+
+
+def plan_for(
+    given: PlanInput,
+    model_config,
+    cache_config: KVCacheConfig,
+    *,
+    vae_dim: int = 96,
+    vae_bytes: int | None = None,
+    resident_blocks: int | None = None,
+    fp8_block_weights: bool = False,
+    vae_memory: VAEMemory | None = None,
+    decode_slicing: DecodeSlicing | None = None,
+    non_torch_bytes: int = 0,
+) -> MemoryPlan:
+    """`plan_memory` from one input record (`memory.PlanInput`: the shape, `streams` as the batch, the budget);
+    the rest as `plan_memory`'s arguments of the same names."""
+    cfg, batch, block_frames = model_config, given.streams, given.block_frames
+    elem = element_bytes(given.dtype)
+    spec = kv_spec(cfg, given.latent_h, given.latent_w, block_frames, batch, given.dtype, given.max_frames)
     cache_config.check_block(block_frames)
-    vae = _vae_memory(cfg.in_dim, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory)
-    if decode_slicing is not None or budget_bytes is None:
+    vae = _vae_memory(cfg.in_dim, given.latent_h, given.latent_w, batch, elem, vae_dim, vae_bytes, vae_memory)
+    if decode_slicing is not None or given.budget_bytes is None:
         slicings = (vae.default if decode_slicing is None else decode_slicing,)
     else:
         slicings = vae.slicings  # with a budget: the fastest that leaves the requested cache room
-    given = PlanInput(latent_h, latent_w, block_frames, max_frames, batch, dtype=dtype, budget_bytes=budget_bytes,
-                      decode_overlaps=decode_overlaps)  # fmt: skip
     parts = [
         TransformerCost(cfg, spec, cache_config, elem, (resident_blocks,), fp8_block_weights),
         DecoderCost(vae, slicings),
@@ -392,11 +417,14 @@ def plan_resident_blocks(
     vae_memory: VAEMemory | None = None,
     decode_overlaps: bool = False,
     non_torch_bytes: int = 0,
+    text: TextEncoderCost | None = None,
 ) -> tuple[int, MemoryPlan]:
     """The most transformer blocks that can stay on the device (block swap streams the rest) within budget.
 
     Everything else of the run is planned first (KV cache as requested, activations, VAE, `other_bytes`
-    such as a resident text encoder); the blocks get what is left. For each block count the VAE decode
+    such as a resident text encoder); the blocks get what is left. `text` (text/cost.py; instead of
+    `other_bytes`): a resident encoder that leaves no plan gives way last (`memory.compose`'s `last`), to
+    'offload' when it fits beside what the run keeps, else 'cpu'; `plan.text_placement` names the result. For each block count the VAE decode
     is made smaller first (`vae.memory.DECODE_SLICINGS`: exact, and cheaper than streaming blocks), so
     the plan names the decode slicing too. Returns (resident_blocks, the plan with them). Raises
     CacheBudgetError naming the cheapest fix when even zero resident blocks (two staging slots) with
@@ -415,9 +443,10 @@ def plan_resident_blocks(
         DecoderCost(vae, vae.slicings),
         KVCost(cache_config, spec),
         Fixed(CONTEXT, non_torch_bytes),
-        Fixed(TEXT, other_bytes),
-    ]
-    composed = compose(given, parts, give_way=(DECODER, TRANSFORMER))  # the decode gives way first: it is exact
+        text if text is not None else Fixed(TEXT, other_bytes),
+    ]  # the decode gives way first (it is exact), then the blocks; a text encoder last
+    composed = compose(given, parts, give_way=(DECODER, TRANSFORMER), last=(TEXT,))
+    other_bytes = composed.cost(TEXT).kept_bytes
     resident = composed.cost(TRANSFORMER).option
     decode = composed.cost(DECODER).option
     slicing = vae.default if decode is None else decode.slicing
@@ -437,6 +466,7 @@ def plan_resident_blocks(
         if slicing != vae.default and plan.decode is not None:
             log.info("memory plan: the VAE decodes %s", slicing.describe(block_frames))
         plan.budget_bytes = budget_bytes
+        plan.text_placement = composed.cost(TEXT).option
         return resident, plan
     short = plan.total_bytes + other_bytes - usable
     cache = plan.requested_cache.device_bytes

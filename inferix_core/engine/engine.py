@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..cache import KVCacheConfig
+from ..cache import KVCacheConfig, MemoryPlan
 from ..errors import GenerationInterruptedError
 from ..models.registry import WorldModel
 from ..pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, SamplingConfig, SeededNoise
@@ -46,6 +46,7 @@ from ..run_output import (
     profile_block_end,
     run_stream_decoder,
 )
+from ..run_plan import plan_run
 from ..vae.pixel_window import PixelWindowEncoder
 from ..world_state import (
     WorldState,
@@ -131,6 +132,23 @@ class Engine:
         self.profiler = profiler if profiler is not None else NullProfiler()
         self.first_frame_encoder = first_frame_encoder_for(world_model, self.sampling)  # Krea's keep_first_frame=False
         self.pipeline = run_pipeline(world_model, self.sampling, self.cache_config, self.first_frame_encoder)
+
+    def plan(
+        self,
+        width: int,
+        height: int,
+        num_blocks: int,
+        *,
+        num_initial_frames: int = 0,
+        streams: int = 1,
+        available_bytes: int | None = None,
+    ) -> MemoryPlan:
+        """This engine's memory plan for a run of this shape (`run_plan.plan_run` with its sampling and cache
+        settings): one `memory.PlanInput`, composed. Allocates nothing; `run_plan.check_plan` refuses it."""
+        return plan_run(
+            self.world_model, self.cache_config, width, height, num_blocks, self.sampling, num_initial_frames,
+            available_bytes, streams=streams,
+        )  # fmt: skip
 
     # -- streams -----------------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:

@@ -9,6 +9,10 @@ adds the chosen rows up and, over the budget, lets the `give_way` parts step dow
 - option 0 of each part; over budget, the `give_way` parts step down in order, each through its options, to the
   first fit (staying at its last, smallest, when none fits); then one pass back up in reverse order, each to its
   fastest option that still fits;
+- a part in `last` (a text encoder that gave way) comes last: when the run does not fit with it at its first
+  option, the others choose again with it at its last (smallest), then it takes its fastest later option that
+  fits (an `alone` option: its transient lives beside the kept bytes alone, e.g. an encoder on the device only
+  while it encodes, between blocks); when even that does not fit, the plan is the one with its first option;
 - what stays over is refused by `MemoryPlan.check()`, naming the first fitting option of the parts that did not
   give way (`fallbacks`: each part is asked again with `budget_bytes` = the room the others leave it).
 
@@ -52,7 +56,9 @@ class PlanInput:
 class Cost:
     """One option of one component: the bytes it holds for the whole run (`kept_bytes`) and the bytes it adds
     while it works (`transient_bytes`: a block call's activations, a block decode). `kept_bytes` < 0: the option
-    cannot be built at this size (it never fits). `option` carries what the component runs with."""
+    cannot be built at this size (it never fits). `option` carries what the component runs with. `alone`: the
+    transient lives beside the kept bytes alone, never beside another's (an encoder on the device only while it
+    encodes a new prompt, between blocks)."""
 
     component: str
     kept_bytes: int
@@ -62,6 +68,7 @@ class Cost:
     label: str = ""
     exact: bool = True
     formula: str = ""
+    alone: bool = False
 
     @property
     def possible(self) -> bool:
@@ -88,9 +95,12 @@ class Fixed:
 
 
 def peak_bytes(costs: Sequence[Cost], overlapped: bool) -> int:
-    """Sum of kept + the largest transient (their sum when the decode overlaps the next block)."""
-    transients = [c.transient_bytes for c in costs]
-    return sum(c.kept_bytes for c in costs) + (sum(transients) if overlapped else max(transients, default=0))
+    """Sum of kept + the largest transient (their sum when the decode overlaps the next block); an `alone`
+    transient is compared with that, never added."""
+    transients = [c.transient_bytes for c in costs if not c.alone]
+    alone = max((c.transient_bytes for c in costs if c.alone), default=0)
+    run = sum(transients) if overlapped else max(transients, default=0)
+    return sum(c.kept_bytes for c in costs) + max(run, alone)
 
 
 @dataclass(frozen=True)
@@ -140,11 +150,12 @@ class MemoryPlan:
         )
 
 
-def compose(given: PlanInput, parts: Sequence[CostModel], give_way: Sequence[str] = ()) -> MemoryPlan:
+def compose(
+    given: PlanInput, parts: Sequence[CostModel], give_way: Sequence[str] = (), last: Sequence[str] = ()
+) -> MemoryPlan:
     """Choose one option of every part; see the module docstring for the rules."""
     names = [p.name for p in parts]
     options = {p.name: tuple(p.options(given)) for p in parts}
-    choice = dict.fromkeys(names, 0)
     budget, overlapped = given.budget_bytes, given.decode_overlaps
 
     def costs(ch: Mapping[str, int], skip: str = "") -> list[Cost]:
@@ -154,7 +165,9 @@ def compose(given: PlanInput, parts: Sequence[CostModel], give_way: Sequence[str
         chosen = costs(ch)
         return budget is None or (all(c.possible for c in chosen) and peak_bytes(chosen, overlapped) <= budget)
 
-    if not fits(choice):
+    def give(choice: dict[str, int]) -> dict[str, int]:
+        if fits(choice):
+            return choice
         for name in give_way:  # step down, in order, to the first fit
             for i in range(len(options[name])):
                 choice[name] = i
@@ -164,10 +177,19 @@ def compose(given: PlanInput, parts: Sequence[CostModel], give_way: Sequence[str
                 break
         for name in reversed(give_way):  # back up: each to its fastest option that still fits
             choice[name] = next((i for i in range(len(options[name])) if fits({**choice, name: i})), choice[name])
+        return choice
+
+    choice = give(dict.fromkeys(names, 0))
+    if last and not fits(choice):  # the last parts at their smallest while the others choose again
+        again = give({**dict.fromkeys(names, 0), **{n: len(options[n]) - 1 for n in last}})
+        if fits(again):
+            for name in last:  # then each to its fastest later option that fits beside the rest
+                again[name] = next((i for i in range(1, len(options[name])) if fits({**again, name: i})), again[name])
+            choice = again
     fallbacks = {}
     if not fits(choice):
         for part in parts:
-            if part.name in give_way:
+            if part.name in give_way or part.name in last:
                 continue
             room = budget - peak_bytes(costs(choice, skip=part.name), overlapped)
             asked = tuple(part.options(dataclasses.replace(given, budget_bytes=room)))

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CacheBudgetError, ConfigError, MissingFileError
+from ..errors import ConfigError, MissingFileError
 from ..tensors import prefer_expandable_segments
 from .block_swap import enable_block_swap
 from .components import (
@@ -281,40 +281,25 @@ def planned_resident_blocks(config, family, budget, dtype, fp8_blocks, text_path
     instead (on the GPU only to encode a new prompt) when it fits beside what the run keeps there, else
     'cpu': the same embeddings, logged; otherwise the placement asked stays.
     """
-    from ..cache.planner import allocator_headroom_bytes, plan_resident_blocks, planned_non_torch_bytes
+    from ..cache.planner import plan_resident_blocks, planned_non_torch_bytes
+    from ..text.cost import TextEncoderCost, text_encoder_bytes
 
     if device is not None:
         prefer_expandable_segments(device)  # the plan fills the card: fragmentation must not undo it
 
     non_torch = planned_non_torch_bytes(device, budget) if device is not None else 0
-    text_bytes = Path(text_path).stat().st_size if text_path and placement == "device" else 0
+    text = TextEncoderCost(text_encoder_bytes(text_path) if placement == "device" else 0, placement)  # gives way last
     latent_h, latent_w = 60, 104  # 480x832 through the Wan VAE's 8x
     window = family.cache.window_frames
-
-    def plan(other_bytes):
-        return plan_resident_blocks(
-            config, budget, latent_h, latent_w, family.cache, dtype=dtype, block_frames=family.sampling.block_frames,
-            max_frames=21 if window == -1 else None, other_bytes=other_bytes, fp8_block_weights=fp8_blocks,
-            non_torch_bytes=non_torch,
-        )  # fmt: skip
-
-    try:
-        resident, memory_plan = plan(text_bytes)
-    except CacheBudgetError as refused:
-        if not text_bytes:
-            raise
-        try:
-            resident, memory_plan = plan(0)
-        except CacheBudgetError:
-            raise refused from None
-        # offload brings the whole encoder to the GPU for an encode, beside what the run keeps there
-        kept = memory_plan.weights_bytes + memory_plan.requested_cache.device_bytes + memory_plan.vae_kept_bytes
-        kept += memory_plan.non_torch_bytes
-        usable = budget - allocator_headroom_bytes(budget)  # as plan_resident_blocks leaves the allocator
-        placement = "offload" if kept + text_bytes <= usable else "cpu"
+    resident, memory_plan = plan_resident_blocks(
+        config, budget, latent_h, latent_w, family.cache, dtype=dtype, block_frames=family.sampling.block_frames,
+        max_frames=21 if window == -1 else None, fp8_block_weights=fp8_blocks, non_torch_bytes=non_torch, text=text,
+    )  # fmt: skip
+    if memory_plan.text_placement != placement:
+        placement = memory_plan.text_placement
         log.info(
             "the text encoder (%.1f GiB) does not fit beside the run in %.1f GiB: placed '%s' (%s; the same "
-            "embeddings)", text_bytes / 2**30, budget / 2**30, placement,
+            "embeddings)", text.weights_bytes / 2**30, budget / 2**30, placement,
             "on the GPU only while it encodes a new prompt" if placement == "offload" else "it runs on the host",
         )  # fmt: skip
     log.info("memory plan for a %.1f GiB budget:\n%s", budget / 2**30, memory_plan.describe())

@@ -105,3 +105,69 @@ def test_the_back_up_pass_runs_in_reverse_order():
     parts = [Rows("a", ((30, 0), (10, 0))), Rows("b", ((30, 0), (10, 0))), Rows("c", ((100, 0), (10, 0)))]
     plan = compose(with_budget(50), parts, give_way=("a", "b", "c"))
     assert [c.option for c in plan.costs] == [1, 0, 1] and plan.peak_bytes == 50
+
+
+def test_an_alone_transient_is_compared_with_the_run_s_not_added():
+    """An encoder on the device only while it encodes (between blocks) lives beside the kept bytes alone: peak =
+    kept + max(the run's transient, it). Overlapped run transients 7 + 3 = 10: an alone 5 adds nothing, an alone
+    12 is the peak's transient. Kills adding an alone transient to the overlapped sum (15, 22)."""
+    rows = [Rows("a", ((10, 7),)), Rows("b", ((20, 3),))]
+    small = compose(with_budget(None, True), [*rows, AloneRow("t", 0, 5)])
+    large = compose(with_budget(None, True), [*rows, AloneRow("t", 0, 12)])
+    assert small.peak_bytes == 30 + 10 and large.peak_bytes == 30 + 12
+
+
+@dataclass(frozen=True)
+class AloneRow:
+    """One `alone` option."""
+
+    name: str
+    kept: int
+    transient: int
+
+    def options(self, given):
+        return [Cost(self.name, self.kept, self.transient, alone=True)]
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """device (kept b), offload (alone transient b), cpu (nothing): the text encoder's shape of options."""
+
+    b: int
+    name: str = "text"
+
+    def options(self, given):
+        return [
+            Cost(self.name, self.b, 0, option="device"),
+            Cost(self.name, 0, self.b, option="offload", alone=True),
+            Cost(self.name, 0, 0, option="cpu"),
+        ]
+
+
+BLOCKS = Rows("t", ((50, 10), (40, 10), (30, 10)))  # resident blocks, most first; activations 10
+
+
+def test_a_text_encoder_that_gave_way_comes_last():
+    """Budget 75, encoder 40: with it on the device nothing fits (30 + 40 + 10 = 80); the blocks choose again with
+    it off (every block: 50 + 10 = 60), then it takes 'offload' only if 50 + 40 fits: no, so 'cpu'.
+    Kills giving way with the others (it would take 'offload' and the blocks drop to 30: 30 + 40 = 70)."""
+    plan = compose(with_budget(75), [BLOCKS, Encoder(40)], give_way=("t",), last=("text",))
+    assert [c.option for c in plan.costs] == [0, "cpu"] and plan.peak_bytes == 60 and plan.fits
+
+
+def test_offload_when_it_fits_beside_the_kept_sum_alone():
+    """One block option (50, activations 40), encoder 30, budget 95: on the device 120; off, 90; offload
+    50 + max(40, 30) = 90 fits. Kills skipping 'offload' (straight to 'cpu') and counting it with the
+    activations (50 + 40 + 30 = 120, over)."""
+    plan = compose(with_budget(95), [Rows("t", ((50, 40),)), Encoder(30)], give_way=("t",), last=("text",))
+    assert [c.option for c in plan.costs] == [0, "offload"] and plan.peak_bytes == 90
+
+
+def test_an_encoder_that_fits_stays_and_one_that_cannot_help_leaves_the_refusal():
+    """Budget 75, encoder 20: 40 blocks + 20 + 10 = 70 fits, the encoder stays on the device (the blocks gave way).
+    Budget 35: even the encoder off leaves 30 + 10 = 40: the plan is the one asked (device), refused.
+    Kills moving a fitting encoder, and returning the smallest encoder's plan when nothing fits."""
+    plan = compose(with_budget(75), [BLOCKS, Encoder(20)], give_way=("t",), last=("text",))
+    assert [c.option for c in plan.costs] == [1, "device"] and plan.peak_bytes == 70
+    plan = compose(with_budget(35), [BLOCKS, Encoder(20)], give_way=("t",), last=("text",))
+    assert [c.option for c in plan.costs] == [2, "device"] and not plan.fits
