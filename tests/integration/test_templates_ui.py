@@ -82,19 +82,19 @@ QUEUED = [p for p in TEMPLATES if not _core_nodes(p)]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    # every test here needs the browser: skip before starting a server without one
+    if _chromium() is None:
+        pytest.skip("no Chromium (set INFERIX_CHROMIUM or put chromium on PATH) for the browser test")
+    pytest.importorskip("websocket", reason="the browser test drives Chromium with websocket-client")
     with launch(tmp_path_factory.mktemp("comfyui_ui_base")) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def page(server):
-    executable = _chromium()
-    if executable is None:
-        pytest.skip("no Chromium (set INFERIX_CHROMIUM or put chromium on PATH) for the browser test")
-    pytest.importorskip("websocket", reason="the browser test drives Chromium with websocket-client")
     status, _ = server.post_json("/settings", {**UI_SETTINGS, **QUIET})
     assert status == 200
-    b = Browser(executable, SHOT_W, SHOT_H)
+    b = Browser(_chromium(), SHOT_W, SHOT_H)
     try:
         b.send("Page.navigate", url=server.url + "/")
         b.wait_for("!!(window.app?.graph && window.comfyAPI?.api?.api)", 180, "the ComfyUI page")
