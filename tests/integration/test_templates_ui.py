@@ -199,9 +199,6 @@ def _shrunk(path: Path, prefix: str) -> dict[tuple[str, str], object]:
         target, value = arg.split("=", 1)
         nid, name = target.split(".", 1)
         sets[(nid, name)] = json.loads(value)
-    for nid, node in _api_twin(path).items():  # not shrunk there: 832x480, 4 + 3 blocks for each of 3 futures
-        if node["class_type"] == "InferixBranchWorld":
-            sets |= {(nid, "width"): 64, (nid, "height"): 64, (nid, "past_blocks"): 1, (nid, "future_blocks"): 1}
     return sets
 
 
