@@ -335,3 +335,31 @@ def test_template_queued_from_the_ui_runs(server, page, stand_in_models, path):
     entry = _queue(page, server, path.stem)
     assert entry["status"]["status_str"] == "success", (path.stem, entry["status"], server.log_tail())
     assert entry["outputs"], f"{path.stem}: no outputs"
+
+
+def test_two_bad_inputs_give_one_message_each_on_their_own_input(server, page):
+    """Validation errors in the page's node_errors: one per cause, each on the input that caused it.
+
+    ComfyUI pins a node's validate_inputs message on every input the validator names, so Block Denoise's
+    names `denoising_steps` only; `width` out of its range is ComfyUI's own check.
+    """
+    path = next(p for p in TEMPLATES if p.stem.startswith("Inferix Quickstart"))
+    _load(page, path)
+    denoise = next(str(n["id"]) for n in _ui(path)["nodes"] if n["type"] == "InferixBlockDenoise")
+    _set_widgets(page, {(denoise, "denoising_steps"): "1000,abc", (denoise, "width"): 100000})
+    page.eval("app.lastNodeErrors = null")
+    page.eval("app.queuePrompt(0)")
+    errors = page.wait_for(
+        "app.lastNodeErrors && Object.keys(app.lastNodeErrors).length && JSON.parse(JSON.stringify(app.lastNodeErrors))",
+        60,
+        "node_errors",
+    )
+    assert list(errors) == [denoise], errors
+    assert "errors" in errors[denoise], json.dumps(errors)
+    pinned = sorted(
+        (e.get("extra_info", {}).get("input_name"), f"{e['message']}: {e['details']}")
+        for e in errors[denoise]["errors"]
+    )
+    assert [name for name, _ in pinned] == ["denoising_steps", "width"], pinned
+    assert "abc" in pinned[0][1] and "100000" in pinned[1][1], pinned
+    page.eval(f"(() => {{ {CLOSE_DIALOGS} }})()")
