@@ -212,6 +212,9 @@ def _overrides(workflow: dict[str, Any], prefix: str) -> list[str]:
             sets |= {f"{nid}.seed": SEED, f"{nid}.width": SIZE, f"{nid}.height": SIZE, f"{nid}.num_blocks": NUM_BLOCKS}
             if float(inputs.get("seconds", 0)) > 0:  # seconds win over blocks; keep the schedule's last change
                 sets[f"{nid}.seconds"] = _max_schedule_time(workflow) + 1.0
+        elif kind == "InferixBranchWorld":  # its own size and blocks (832x480, 4 + 3 blocks for each future)
+            sets |= {f"{nid}.seed": SEED, f"{nid}.width": SIZE, f"{nid}.height": SIZE}
+            sets |= {f"{nid}.past_blocks": 1, f"{nid}.future_blocks": 1}
         elif kind == "InferixLVBenchPrompts":
             sets |= {f"{nid}.until_seconds": 5.0}  # two 2.5 s caption segments
         elif "filename_prefix" in inputs:
