@@ -39,7 +39,7 @@ from torch import nn
 
 from bench.inductor_choices import persistent_row_reductions
 from bench.kernel_efficiency import _time
-from inferix_core.benchmark import PRESETS
+from inferix_core.clients.benchmark import PRESETS
 from inferix_core.kernels import layer_norm_modulate as lnm
 from inferix_core.kernels.qk_norm_rope import qk_norm_rope
 from inferix_core.models.wan.causal_transformer import AttentionBlock, SelfAttention

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import DTYPES, PRESETS, BenchConfig, build_engine, run_engine_benchmark
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.benchmark import DTYPES, PRESETS, BenchConfig, build_engine, run_engine_benchmark
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
 from inferix_core.vae import WanVAE, WanVAEConfig
 from inferix_core.vae.overlap import to_uint8_frames

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, BenchConfig, BlockTimer, build_engine
+from inferix_core.clients.benchmark import PRESETS, BenchConfig, BlockTimer, build_engine
 from inferix_core.pipeline import GenerationRequest
 
 FPS_VIDEO = 16  # Wan's frame rate: a latent frame is 4 video frames

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.benchmark import PRESETS
 from inferix_core.models.registry import get_family
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SeededNoise

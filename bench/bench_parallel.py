@@ -30,8 +30,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inferix_core import parallel
-from inferix_core.benchmark import PRESETS
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.benchmark import PRESETS
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.parallel.sp_transformer import DISABLE_ENV
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, BenchConfig, bench_decoder, build_engine, variant_options
+from inferix_core.clients.benchmark import PRESETS, BenchConfig, bench_decoder, build_engine, variant_options
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.models.registry import WorldModel
-from inferix_core.session import InteractiveSession
 from inferix_core.sinks.base import FrameSink
 
 

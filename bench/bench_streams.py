@@ -1,6 +1,6 @@
 """Many streams and forks on one GPU: batched per block step vs one after another.
 
-Random-weight Wan 1.3B at 480×832 (`inferix_core.benchmark.build_engine`, the `inferix bench` preset),
+Random-weight Wan 1.3B at 480×832 (`inferix_core.clients.benchmark.build_engine`, the `inferix bench` preset),
 3-frame blocks, 4 steps + context pass, bf16, transformer only (no VAE). Two questions:
 
 1. N = 1, 2, 4, 8 independent streams (each its own prompt and seed), `--blocks` blocks each: batched
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
-from inferix_core.branching import Branches, Future, new_arena, plan_futures, release_stream, start_stream
+from inferix_core.clients.benchmark import PRESETS, BenchConfig, build_engine
+from inferix_core.clients.branching import Branches, Future, new_arena, plan_futures, release_stream, start_stream
 from inferix_core.pipeline.batched import denoise_streams
 
 VIDEO_FRAMES_PER_LATENT = 4

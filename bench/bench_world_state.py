@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
+from inferix_core.clients.benchmark import PRESETS, BenchConfig, build_engine
 from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.world_state import (
     capture_world_state,

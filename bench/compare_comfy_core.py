@@ -20,7 +20,7 @@ it (a cfg-1 guider adds only Python work, so leaving it out favours core). `comp
 diffusion model as the TorchCompileModel node does (comfy_api/torch_helpers/torch_compile.py:
 `torch.compile(diffusion_model, backend="inductor", options={"guard_filter_fn": skip_torch_compile_dict},
 mode=None, fullgraph=False, dynamic=None)`, the guard filter read from the checkout's
-comfy_extras/nodes_torch_compile.py). Ours: `inferix_core.benchmark.build_engine` (the `inferix bench`
+comfy_extras/nodes_torch_compile.py). Ours: `inferix_core.clients.benchmark.build_engine` (the `inferix bench`
 protocol) with our `compile` option (compile_blocks).
 
 Both sides get the same random weights (ours built with the protocol's seed; core's `load_state_dict(strict=
@@ -214,7 +214,7 @@ class CoreNoise:
 
 
 def build_ours(args, variant: str):
-    from inferix_core.benchmark import BenchConfig, build_engine
+    from inferix_core.clients.benchmark import BenchConfig, build_engine
 
     cfg = BenchConfig(preset="tiny" if args.tiny else "wan-1.3b", device=args.device, dtype=args.dtype,
                       compile=variant == "compile")  # fmt: skip

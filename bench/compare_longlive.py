@@ -165,7 +165,7 @@ def run_theirs(pipe, noise: torch.Tensor) -> torch.Tensor:
 
 # -- ours -------------------------------------------------------------------------------------------
 def build_ours(args, variant: str):
-    from inferix_core.benchmark import BenchConfig, build_engine
+    from inferix_core.clients.benchmark import BenchConfig, build_engine
 
     cfg = BenchConfig(preset="tiny" if args.tiny else "wan-1.3b", device=args.device, dtype=args.dtype,
                       window_frames=args.window, sink_frames=args.sink, compile=variant == "compile")  # fmt: skip

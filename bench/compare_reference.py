@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import refgen  # the import shims shared with the fixture generators
 
-from inferix_core.benchmark import VARIANT_PARTS, decoder_only, variant_options
+from inferix_core.clients.benchmark import VARIANT_PARTS, decoder_only, variant_options
 from inferix_core.errors import ConfigError
 
 WAN_13B = dict(
@@ -136,11 +136,11 @@ def run_reference(ref: Path, device: torch.device, decode: bool, warmup: int, re
 
 
 # -- ours -------------------------------------------------------------------------------------------
-VARIANTS = VARIANT_PARTS  # inferix_core/benchmark.py: one table for this script and `inferix bench --variants`
+VARIANTS = VARIANT_PARTS  # inferix_core/clients/benchmark.py: one table for this script and `inferix bench --variants`
 
 
 def run_ours(variant: str, warmup: int, repeats: int, **extra) -> dict:
-    from inferix_core.benchmark import BenchConfig, run_engine_benchmark
+    from inferix_core.clients.benchmark import BenchConfig, run_engine_benchmark
 
     try:
         opts = variant_options(variant)  # "compile+cudnn" = both

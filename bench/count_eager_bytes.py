@@ -26,8 +26,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from inferix_core.benchmark import DTYPES, PRESETS
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, create_kv_cache
+from inferix_core.clients.benchmark import DTYPES, PRESETS
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 

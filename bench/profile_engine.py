@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
+from inferix_core.clients.benchmark import PRESETS, BenchConfig, build_engine
 from inferix_core.pipeline import GenerationRequest
 
 GROUPS = (

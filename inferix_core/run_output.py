@@ -138,7 +138,7 @@ class ProfiledHooks(PipelineHooks):
     """Pipeline hooks that feed a Profiler: block start, and the `denoise` / `context_pass` stages.
 
     The block's end is not here: the caller closes it after decoding and the sinks, so a block's wall
-    time covers everything until its frames are out (what FPS should count). Shared with session.py.
+    time covers everything until its frames are out (what FPS should count). Shared with clients/session.py.
     """
 
     def __init__(self, profiler: NullProfiler, hooks: GenerationHooks | None = None):

@@ -1,6 +1,6 @@
 """InferixBranchWorld: one common past, N futures side by side, and the one to keep.
 
-The node converts widget strings and ComfyUI types into `inferix_core.branching.branch_video`, which
+The node converts widget strings and ComfyUI types into `inferix_core.clients.branching.branch_video`, which
 generates the past once, forks the futures (their KV pages shared copy-on-write with the past), runs them
 as one batch per block step and decodes the past once and each future from the past's decoder state.
 The outputs are the futures next to each other (to compare) and past + the kept future (to go on with).
@@ -121,7 +121,7 @@ class InferixBranchWorld(io.ComfyNode):
         conditioning: Any = None,
     ) -> io.NodeOutput:
         from inferix_core.api import check_plan, plan_run
-        from inferix_core.branching import branch_video
+        from inferix_core.clients.branching import branch_video
         from inferix_core.errors import ConfigError
 
         parsed = parse_futures(futures)

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from inferix_core import benchmark
+from inferix_core.clients import benchmark
 from inferix_core.tensors import prefer_expandable_segments
 
 VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")

@@ -165,7 +165,7 @@ def test_one_decoder_choice_for_generate_decode_and_session(caplog):
     """generate_video, decode_video and InteractiveSession decode with `choose_decoder`'s module: the preview
     decoder when asked and loaded, else the VAE (logged), and refuse a model without a VAE."""
     from inferix_core.api import choose_decoder, decode_video
-    from inferix_core.session import InteractiveSession
+    from inferix_core.clients.session import InteractiveSession
 
     wm = tiny_world()
     preview = _CountingDecoder(wm.vae)

@@ -49,9 +49,9 @@ def test_bench_block_swap_cpu(tmp_path, capsys):
 
 
 def test_planned_resident_blocks_fit_the_card():
-    from inferix_core.benchmark import BenchConfig, bench_memory_plan, planned_resident_blocks
     from inferix_core.cache import KVCacheConfig
     from inferix_core.cache.planner import allocator_headroom_bytes
+    from inferix_core.clients.benchmark import BenchConfig, bench_memory_plan, planned_resident_blocks
 
     cache = KVCacheConfig(window_frames=6)
     cfg = BenchConfig(preset="wan-14b", window_frames=6, gpu_memory_gb=24)
@@ -64,7 +64,7 @@ def test_planned_resident_blocks_fit_the_card():
 
 def test_bench_14b_preset_is_wan_14b_sampled_as_krea():
     """The 14b preset builds (on the meta device: no memory) with Wan 2.1 14B dims and Krea's sampling."""
-    from inferix_core.benchmark import PRESETS, BenchConfig, build_engine
+    from inferix_core.clients.benchmark import PRESETS, BenchConfig, build_engine
     from inferix_core.models.registry import get_family
 
     cfg = PRESETS["14b"]["config"]
@@ -79,7 +79,7 @@ def test_bench_14b_preset_is_wan_14b_sampled_as_krea():
 
 def test_bench_tiny_5b_cpu_uses_the_preset_blocks_and_the_wan22_vae(tmp_path):
     """The Wan 2.2 path: 48-channel transformer, the preset's own run length and 2-frame blocks, Wan 2.2 VAE decode."""
-    from inferix_core.benchmark import PRESETS
+    from inferix_core.clients.benchmark import PRESETS
 
     out = tmp_path / "bench.json"
     args = ["bench", "--preset", "tiny-5b", "--device", "cpu", "--dtype", "fp32", "--warmup", "0", "--repeats", "1"]

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import torch
 
-from inferix_core.benchmark import DTYPES, BenchConfig, bench_sampling, bench_vae_decode_options
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.benchmark import DTYPES, BenchConfig, bench_sampling, bench_vae_decode_options
 from inferix_core.commands import bench as bench_command
 from inferix_core.models import registry
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
@@ -67,7 +67,7 @@ def test_the_wan_vae_decodes_with_the_loaders_cuda_options(monkeypatch):
 def test_the_wan_vae_streams_with_the_loaders_cuda_slicing(monkeypatch):
     """On CUDA the loader's Wan 2.1 VAE decodes one latent frame per call with the previous state released, and so
     do the benchmark's decoder and the planner's estimate; on the CPU and for the Wan 2.2 VAE, whole blocks."""
-    from inferix_core.benchmark import bench_vae_memory
+    from inferix_core.clients.benchmark import bench_vae_memory
     from inferix_core.vae import Wan22VAE, Wan22VAEConfig
     from inferix_core.vae.cost import estimated_memory
     from inferix_core.vae.memory import CUDA_STREAM_SLICING, DecodeSlicing
@@ -110,8 +110,8 @@ def test_bench_variants_run_each_lever_and_name_unknown_parts(tmp_path, capsys):
 
     import pytest
 
-    from inferix_core.benchmark import variant_options
     from inferix_core.cli import main
+    from inferix_core.clients.benchmark import variant_options
     from inferix_core.errors import ConfigError
 
     assert variant_options("compile+graphs") == {"compile": True, "cuda_graphs": True}
@@ -132,7 +132,7 @@ def test_decode_slicing_variants_reach_the_decoder_and_default_to_the_loaders():
     does on that device (the CPU here: whole blocks); a variant without the Wan VAE is refused."""
     import pytest
 
-    from inferix_core.benchmark import run_engine_benchmark, variant_options
+    from inferix_core.clients.benchmark import run_engine_benchmark, variant_options
     from inferix_core.errors import ConfigError
 
     assert BenchConfig().vae_slicing is None and _cli_defaults().vae_slicing is None
@@ -148,7 +148,7 @@ def test_decode_slicing_variants_reach_the_decoder_and_default_to_the_loaders():
         "vaeframe": "1 latent frame per call, previous state released",
     }
     # compare_reference.py skips the diffusion row of a decode-only lever: the table says which those are
-    from inferix_core.benchmark import VARIANT_PARTS, decoder_only
+    from inferix_core.clients.benchmark import VARIANT_PARTS, decoder_only
 
     assert [v for v in VARIANT_PARTS if decoder_only(v)] == [
         "vaefast",
@@ -166,7 +166,7 @@ def test_decode_slicing_variants_reach_the_decoder_and_default_to_the_loaders():
 def test_the_last_context_pass_is_skipped_as_users_get_it(monkeypatch):
     """generate_video writes the last block's K/V only for a kept world; the benchmark runs the same request."""
     from inferix_core.api import generate_video
-    from inferix_core.benchmark import run_engine_benchmark
+    from inferix_core.clients.benchmark import run_engine_benchmark
     from inferix_core.pipeline import BlockDiffusionPipeline
 
     seen = []

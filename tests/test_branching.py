@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferix_core.branching import Branches, Future, release_stream, start_stream
 from inferix_core.cache import KVCacheConfig, PagedKVCache
 from inferix_core.cache.shared import StreamKVCache
+from inferix_core.clients.branching import Branches, Future, release_stream, start_stream
 from inferix_core.errors import ConfigError
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
@@ -167,7 +167,7 @@ def test_one_fork_equals_its_run_alone_bitwise():
 @pytest.mark.parametrize("name", list(CACHES))
 def test_a_resumed_world_can_branch(tmp_path, name):
     """save → load (a plain paged cache) → adopt into an arena → fork: the fork continues as the saved run."""
-    from inferix_core.branching import adopt_stream
+    from inferix_core.clients.branching import adopt_stream
     from inferix_core.world_state import load_world_state, model_identity, save_world_state
 
     pipe, (prompts, actions) = _pipe(CACHES[name]), _inputs()
@@ -185,7 +185,7 @@ def test_a_resumed_world_can_branch(tmp_path, name):
 
 @pytest.mark.slow  # decodes 4 videos with the tiny Wan VAE (~50 s on a shared 2-core machine)
 def test_branch_video_decodes_the_past_once_and_each_future_from_its_state():
-    from inferix_core.branching import branch_video
+    from inferix_core.clients.branching import branch_video
     from tests.test_api import tiny_world
 
     wm = tiny_world()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferix_core.branching import Branches, Future, start_stream
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.branching import Branches, Future, start_stream
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig, SeededNoise

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from inferix_core.api import EncoderPixels, generate_video
-from inferix_core.branching import (
+from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.branching import (
     Branches,
     Future,
     LiveBranch,
@@ -29,14 +30,13 @@ from inferix_core.branching import (
     release_stream,
     start_stream,
 )
-from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.errors import ConfigError
 from inferix_core.image_world import StartImageInputs
 from inferix_core.models.registry import FAMILIES, WorldModel, load_world_model
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig, SeededNoise
-from inferix_core.session import InteractiveSession
 from inferix_core.vae import WanVAE
 from inferix_core.vae.pixel_window import PixelWindowEncoder
 from tests.fixture_utils import FIXTURES, files_of_kind, fixture_weights, read_fixture

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from inferix_core import compile_boundary as cb
-from inferix_core.benchmark import PRESETS
+from inferix_core.clients.benchmark import PRESETS
 from inferix_core.models.wan.action_module import ActionModule
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer, SelfAttention, compile_blocks
 

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from compare_comfy_core import CoreNoise, context_effect
 
-from inferix_core.benchmark import BenchConfig, build_engine
+from inferix_core.clients.benchmark import BenchConfig, build_engine
 from inferix_core.pipeline import GenerationRequest
 
 

@@ -58,7 +58,7 @@ def test_generate_video_shows_the_first_frame_before_the_rest_of_block_0():
 
 
 def test_interactive_session_shows_its_first_frame_alone():
-    from inferix_core.session import InteractiveSession
+    from inferix_core.clients.session import InteractiveSession
 
     sink = RecordingSink()
     session = InteractiveSession(tiny_world(), width=48, height=32, seed=5, sinks=[sink])

@@ -118,7 +118,7 @@ def test_run_reencodes_and_shows_the_pixels_it_reencodes():
 def test_session_reencodes_and_shows_the_pixels_it_reencodes():
     """InteractiveSession runs the same re-encode (its own window per session) and shows Krea's decoder's frames;
     blocks 0-1 equal a keep-first session's (per-block noise there, so compared session to session)."""
-    from inferix_core.session import InteractiveSession
+    from inferix_core.clients.session import InteractiveSession
 
     wm = dataclasses.replace(tiny_world(), sampling=KREA_LIKE)
     context = torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(9))

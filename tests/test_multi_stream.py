@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.multi_stream import MultiStreamEngine, StreamRequest
 from inferix_core.errors import CacheBudgetError, ConfigError
-from inferix_core.multi_stream import MultiStreamEngine, StreamRequest
 from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.sinks.base import FrameSink
 from inferix_core.vae import WanVAE

@@ -11,11 +11,11 @@ import torch
 
 from inferix_core.api import actions_to_tensor, generate_video
 from inferix_core.cache import KVCacheConfig, KVCacheSpec, RingKVCache
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.errors import ConfigError
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.pipeline.block_diffusion import SeededNoise
 from inferix_core.profiling import Profiler
-from inferix_core.session import InteractiveSession
 from tests.test_api import tiny_world
 
 ACTIONS = ("left", "right", "straight")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.errors import ConfigError
-from inferix_core.session import InteractiveSession
 from tests.test_api import tiny_world
 from tests.test_session import ACTIONS, WINDOW
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.errors import ConfigError
-from inferix_core.session import InteractiveSession
 from inferix_core.world_state import read_world_state
 from tests.test_api import tiny_world
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from inferix_core.api import generate_video
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.errors import ConfigError
 from inferix_core.image_conditioning import StartImageLatents, start_image_pixels
 from inferix_core.models.registry import FAMILIES, WorldModel
@@ -19,7 +20,6 @@ from inferix_core.models.wan.block_inputs import StartImageConditioning
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from inferix_core.session import InteractiveSession
 from inferix_core.vae import WanVAE
 from tests.fixture_utils import FIXTURES, files_of_kind, fixture_weights, read_fixture
 

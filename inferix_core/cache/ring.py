@@ -51,7 +51,7 @@ class _Run:
 class RingKVCache(SlidingWindow):
     """Resident ring cache; see the module docstring for the slot layout.
 
-    restart(W) (re-caching a window under a new prompt, inferix_core/session.py) re-bases the ring so
+    restart(W) (re-caching a window under a new prompt, inferix_core/clients/session.py) re-bases the ring so
     that frame W takes ring slot S, which keeps the valid slots a prefix of the buffer::
 
         before:  [sink 0..S-1 | ring: frames W..E-1 somewhere in S..S+R-1, wrapped]

@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def bench_config(args: argparse.Namespace):
     """The BenchConfig these flags ask for (flags left out keep BenchConfig's defaults, the loader's on CUDA)."""
-    from ..benchmark import PRESETS, BenchConfig
+    from ..clients.benchmark import PRESETS, BenchConfig
     from ..errors import ConfigError
 
     if args.preset not in PRESETS:
@@ -104,8 +104,8 @@ def bench_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ..benchmark import run_engine_benchmark, variant_options
     from ..benchmark_report import format_table, format_variants
+    from ..clients.benchmark import run_engine_benchmark, variant_options
 
     if args.variants:
         base = bench_config(args)

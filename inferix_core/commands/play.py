@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..cache import KVCacheConfig
+from ..clients.session import InteractiveSession, SessionBlock
 from ..controls import control_spec_of
 from ..errors import ConfigError, InferixError, MissingFileError, WorkflowError
 from ..image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
 from ..image_world import start_image_role, takes_start_image
 from ..models.memory import MemorySettings
 from ..models.registry import WorldModel, load_world_model
-from ..session import InteractiveSession, SessionBlock
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
 from ..text.vocabulary import VocabularyPromptEncoder

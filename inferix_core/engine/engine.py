@@ -6,7 +6,7 @@ position), its streaming decoder, its sinks and the resident blocks a re-cache o
 `step` is the one per-block body (pipeline/loop.py `advance`: prompt switch, denoise, history; then decode,
 sinks, profiler, hooks); `run` steps a finite request and returns a `VideoResult`; `switch_prompt`,
 `capture` and `close` are what an open-ended stream needs between blocks. `generate_video` (api.py) and
-`InteractiveSession` (session.py) are thin clients of it.
+`InteractiveSession` (clients/session.py) are thin clients of it.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ FAMILIES: dict[str, Family] = {
 # What a prompt switch does with the cached K/V, by family. "window": LongLive's KV re-cache (NVlabs/LongLive
 # v1.0 pipeline/interactive_causal_inference.py `_recache_after_switch`, global sink), in interactive sessions
 # and prompt schedules alike (`BlockDiffusionPipeline.recache_window`). Families not named: an interactive
-# session re-caches block by block ("blocks", inferix_core/session.py), a prompt schedule switches hard.
+# session re-caches block by block ("blocks", inferix_core/clients/session.py), a prompt schedule switches hard.
 RECACHE_STYLE_BY_FAMILY = {"longlive": "window"}
 
 

@@ -141,7 +141,7 @@ class BlockDiffusionPipeline:
         if pending.new_shot and self.sampling.shot_sinks:
             self._pin_shot(state, pending.start_frame, pending.latents.shape[1])
 
-    # -- the per-block body, shared with the interactive session (inferix_core/session.py) ----------
+    # -- the per-block body, shared with the interactive session (inferix_core/clients/session.py) ----------
     def start_stream(
         self,
         context: torch.Tensor,

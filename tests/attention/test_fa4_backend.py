@@ -125,7 +125,7 @@ def test_loaders_default_to_auto():
     measures what users get."""
     import inspect
 
-    from inferix_core.benchmark import BenchConfig
+    from inferix_core.clients.benchmark import BenchConfig
     from inferix_core.models.registry import LoadOptions
     from inferix_core.models.state_dict import world_model_from_state_dict
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferix_core.branching import Branches, Future, branch_video, new_arena, plan_futures, start_stream
 from inferix_core.cache import KVCacheConfig
 from inferix_core.cache.planner import plan_forks
+from inferix_core.clients.branching import Branches, Future, branch_video, new_arena, plan_futures, start_stream
+from inferix_core.clients.multi_stream import MultiStreamEngine, StreamRequest
 from inferix_core.errors import CacheBudgetError
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
-from inferix_core.multi_stream import MultiStreamEngine, StreamRequest
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig
 from inferix_core.profiling.live_bytes import LiveBytes
 from tests.cache.test_planner_counts import CONFIG, LATENT_H, LATENT_W

@@ -7,8 +7,8 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from inferix_core.attention import get_attention_backend
-from inferix_core.benchmark import PRESETS
 from inferix_core.cache import KVCacheConfig
+from inferix_core.clients.benchmark import PRESETS
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer, compile_blocks
 from inferix_core.models.wan.layers import RotaryEmbedding3D, apply_rope
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from inferix_core.benchmark import PRESETS
+from inferix_core.clients.benchmark import PRESETS
 from inferix_core.models import fp8
 from inferix_core.models.fp8 import FP8_DTYPE, FP8Linear, count_fp8_linears, quantize_linears_fp8, quantize_rowwise
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer

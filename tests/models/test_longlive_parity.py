@@ -15,10 +15,10 @@ import json
 import pytest
 import torch
 
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.models.lora import read_lora
 from inferix_core.models.registry import load_world_model
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from inferix_core.session import InteractiveSession
 from tests.fixture_utils import (
     files_of_kind,
     fixture_header,

@@ -86,8 +86,8 @@ def test_safetensors_whose_header_length_starts_with_0x80_is_not_taken_for_a_pic
 
 def test_memory_planner_knows_the_5b_sizes():
     """Weights, KV cache (880 tokens per frame, 24 heads of 128) and the Wan 2.2 VAE estimate at 704x1280."""
-    from inferix_core.benchmark import PRESETS
     from inferix_core.cache import KVCacheConfig, plan_memory
+    from inferix_core.clients.benchmark import PRESETS
     from inferix_core.vae import Wan22VAE, Wan22VAEConfig
     from inferix_core.vae.config import WAN22_VAE_PARAMETERS
     from inferix_core.vae.cost import estimated_vae_bytes
@@ -328,8 +328,8 @@ def test_an_interactive_shot_switch_equals_the_scheduled_one(fx):
     """InteractiveSession (inferix play): a prompt typed with their scene-cut prefix starts a shot at the next block,
     the shot's later blocks get the bare caption, and switches are hard (their pipeline never re-caches)."""
     from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX
+    from inferix_core.clients.session import InteractiveSession
     from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-    from inferix_core.session import InteractiveSession
 
     wm, _, (h, w), sampling, cache = _shot_world(fx)
     s, cut = wm.spatial_compression, LONGLIVE2_SCENE_CUT_PREFIX + "a wolf"
@@ -358,7 +358,7 @@ def test_a_start_image_is_one_decision_for_the_facade_and_branch_video(fx, tmp_p
     from PIL import Image
 
     from inferix_core.api import generate_video
-    from inferix_core.branching import branch_video
+    from inferix_core.clients.branching import branch_video
     from inferix_core.errors import ConfigError
     from inferix_core.image_conditioning import resized_image_frames
     from inferix_core.models.registry import load_world_model
@@ -387,9 +387,9 @@ def test_a_start_image_is_one_decision_for_the_facade_and_branch_video(fx, tmp_p
 def test_an_interactive_session_refuses_a_size_the_wan22_stride_does_not_divide(fx):
     """A Wan 2.2 / LongLive 2.0 model needs multiples of 32 (VAE stride 16 x patch 2): a session at a multiple of
     16 only is refused in one line that names the model's step and the nearest sizes, before any model work."""
+    from inferix_core.clients.session import InteractiveSession
     from inferix_core.errors import ConfigError
     from inferix_core.models.registry import load_world_model
-    from inferix_core.session import InteractiveSession
 
     path, _info, t, _ = fx
     vae_files = sorted(path.parent.glob("wan22_vae*.safetensors"))

@@ -143,8 +143,9 @@ def test_lvbench_json_never_overwrites(tmp_path, capsys):
 
 
 def test_bench_json_never_overwrites(tmp_path, monkeypatch, capsys):
-    from inferix_core import benchmark, benchmark_report
+    from inferix_core import benchmark_report
     from inferix_core.cli import main
+    from inferix_core.clients import benchmark
 
     monkeypatch.setattr(benchmark, "run_engine_benchmark", lambda cfg: {"rows": [1]})
     monkeypatch.setattr(benchmark_report, "format_table", lambda result: "table")

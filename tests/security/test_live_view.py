@@ -136,7 +136,7 @@ def test_session_action_backlog_is_bounded():
     """Behind a flood, a key pressed now steers one of the next few blocks (the session queue is bounded too)."""
     import torch
 
-    from inferix_core.session import MAX_QUEUED_ACTIONS, InteractiveSession
+    from inferix_core.clients.session import MAX_QUEUED_ACTIONS, InteractiveSession
     from tests.test_api import tiny_world
 
     world = tiny_world(action_names=("left", "right", "straight"))

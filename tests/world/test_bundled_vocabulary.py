@@ -10,10 +10,10 @@ import torch
 
 import inferix_core.assets as assets
 from inferix_core.api import generate_video
+from inferix_core.clients.session import InteractiveSession
 from inferix_core.errors import ConfigError
 from inferix_core.models.bundled import load_bundled
 from inferix_core.models.registry import load_world_model
-from inferix_core.session import InteractiveSession
 from inferix_core.sinks.live import LiveView
 from inferix_core.text.vocabulary import VocabularyConfig, VocabularyPromptEncoder
 from inferix_core.vae.tiny_ae import TinyAEConfig, TinyCausalAE

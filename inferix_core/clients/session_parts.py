@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from .branching import Future, LiveBranch, check_branchable
-from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 

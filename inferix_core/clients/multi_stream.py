@@ -30,15 +30,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..cache.planner import MemoryPlan, available_memory_bytes, plan_for
+from ..errors import CacheBudgetError, ConfigError, ShapeMismatchError
+from ..memory import PlanInput
+from ..pipeline import BlockDiffusionPipeline, BlockOutput
+from ..pipeline.batched import denoise_streams
+from ..pipeline.block_diffusion import StreamState
+from ..pipeline.streams import new_arena, start_stream
+from ..sinks.base import FrameSink
 from .branching import pixels_to_frames
-from .cache.planner import MemoryPlan, available_memory_bytes, plan_for
-from .errors import CacheBudgetError, ConfigError, ShapeMismatchError
-from .memory import PlanInput
-from .pipeline import BlockDiffusionPipeline, BlockOutput
-from .pipeline.batched import denoise_streams
-from .pipeline.block_diffusion import StreamState
-from .pipeline.streams import new_arena, start_stream
-from .sinks.base import FrameSink
 
 log = logging.getLogger(__name__)
 

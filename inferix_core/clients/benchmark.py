@@ -14,15 +14,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .benchmark_report import BlockTimer, effective_attention
-from .cache import KVCacheConfig
-from .errors import ConfigError
-from .models.wan.causal_transformer import CausalWanTransformer
-from .models.wan.config import WanConfig
-from .pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
-from .tensors import prefer_expandable_segments
-from .vae.memory import DecodeSlicing
-from .vae.overlap import OverlappedDecoder, to_uint8_frames
+from ..benchmark_report import BlockTimer, effective_attention
+from ..cache import KVCacheConfig
+from ..errors import ConfigError
+from ..models.wan.causal_transformer import CausalWanTransformer
+from ..models.wan.config import WanConfig
+from ..pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
+from ..tensors import prefer_expandable_segments
+from ..vae.memory import DecodeSlicing
+from ..vae.overlap import OverlappedDecoder, to_uint8_frames
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +186,12 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
     with device:
         model = CausalWanTransformer(preset["config"]).to(dtype).eval().requires_grad_(False)
     if cfg.attention != "sdpa":  # "auto" resolves here as the loader resolves it
-        from .models.registry import set_attention_backend
+        from ..models.registry import set_attention_backend
 
         set_attention_backend(model, cfg.attention)
     model.row_major_stream = cfg.row_major_stream
     if not (cfg.fused_norm_rope and cfg.fused_norms):
-        from .models.wan.causal_transformer import AttentionBlock, SelfAttention
+        from ..models.wan.causal_transformer import AttentionBlock, SelfAttention
 
         for module in model.modules():
             if isinstance(module, SelfAttention):
@@ -199,27 +199,27 @@ def build_engine(cfg: BenchConfig) -> tuple[BlockDiffusionPipeline, torch.Tensor
             if isinstance(module, AttentionBlock):
                 module.fused_norms = cfg.fused_norms
     if cfg.fp8:  # before compiling, so the compiled graph holds the fp8 layers
-        from .models.fp8 import quantize_linears_fp8
+        from ..models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model)
     elif cfg.fp8_weights:
-        from .models.fp8 import quantize_linears_fp8
+        from ..models.fp8 import quantize_linears_fp8
 
         quantize_linears_fp8(model, weight_only=True)
     sampling, cache = bench_sampling(cfg), KVCacheConfig(window_frames=cfg.window_frames, sink_frames=cfg.sink_frames)
     resident = planned_resident_blocks(cfg, cache) if cfg.resident_blocks is None else cfg.resident_blocks
     if resident is not None and resident < preset["config"].num_layers:
-        from .models.block_swap import enable_block_swap
+        from ..models.block_swap import enable_block_swap
 
         enable_block_swap(model, resident, device)
         if device.type == "cuda":
             torch.cuda.empty_cache()  # hand the swapped blocks' device copies back before a memory cap applies
     if cfg.compile:
-        from .models.wan.causal_transformer import compile_blocks
+        from ..models.wan.causal_transformer import compile_blocks
 
         compile_blocks(model, mode=cfg.compile_mode)
     if cfg.cuda_graphs:  # after compile: the graphs record the compiled blocks' kernels
-        from .models.wan.cuda_graphs import enable_cuda_graphs
+        from ..models.wan.cuda_graphs import enable_cuda_graphs
 
         enable_cuda_graphs(model)
     mc = preset["config"]
@@ -237,8 +237,8 @@ def bench_sampling(cfg: BenchConfig) -> SamplingConfig:
 
 def bench_vae_decode_options(cfg: BenchConfig):
     """What the benchmark's Wan VAE decodes with: by default exactly what `load_world_model` gives users."""
-    from .models.registry import loader_vae_decode_options
-    from .vae.config import VAEDecodeOptions
+    from ..models.registry import loader_vae_decode_options
+    from ..vae.config import VAEDecodeOptions
 
     if cfg.vae_fast is None:
         return loader_vae_decode_options(cfg.device, compile=cfg.compile)
@@ -250,8 +250,8 @@ def bench_vae_memory(cfg: BenchConfig):
     bench decodes with; None for the others (the planner's own estimate)."""
     if not cfg.vae_decode or cfg.decoder != "wan" or PRESETS[cfg.preset]["config"].in_dim == 48:
         return None
-    from .vae.cost import estimated_memory
-    from .vae.options import VAEDecodeOptions
+    from ..vae.cost import estimated_memory
+    from ..vae.options import VAEDecodeOptions
 
     preset = PRESETS[cfg.preset]
     return estimated_memory(
@@ -271,7 +271,7 @@ def bench_non_torch_bytes(cfg: BenchConfig) -> int:
         return 0
     key = (str(cfg.device), cfg.gpu_memory_gb)
     if key not in _NON_TORCH:
-        from .cache.planner import planned_non_torch_bytes
+        from ..cache.planner import planned_non_torch_bytes
 
         _NON_TORCH[key] = planned_non_torch_bytes(cfg.device, int(cfg.gpu_memory_gb * 2**30))
     return _NON_TORCH[key]
@@ -279,8 +279,8 @@ def bench_non_torch_bytes(cfg: BenchConfig) -> int:
 
 def bench_memory_plan(cfg: BenchConfig, cache: KVCacheConfig, resident_blocks: int | None, decode_slicing=None):
     """The memory planner's estimate for this benchmark's run (what `planned_gib` reports)."""
-    from .cache.planner import plan_for
-    from .memory import PlanInput
+    from ..cache.planner import plan_for
+    from ..memory import PlanInput
 
     preset = PRESETS[cfg.preset]
     given = PlanInput(
@@ -320,7 +320,7 @@ def planned_decode_slicing(cfg: BenchConfig, cache: KVCacheConfig, resident_bloc
     vae = bench_vae_memory(cfg)
     if cfg.gpu_memory_gb is None or vae is None:
         return None
-    from .cache.planner import allocator_headroom_bytes
+    from ..cache.planner import allocator_headroom_bytes
 
     budget = int(cfg.gpu_memory_gb * 2**30)
     usable = budget - allocator_headroom_bytes(budget)  # as plan_resident_blocks chose with
@@ -334,7 +334,7 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
     """With gpu_memory_gb: the most resident blocks whose planned total fits the card (None: no card)."""
     if cfg.gpu_memory_gb is None:
         return None
-    from .cache.planner import plan_resident_blocks
+    from ..cache.planner import plan_resident_blocks
 
     preset = PRESETS[cfg.preset]
     resident, _ = plan_resident_blocks(
@@ -349,8 +349,8 @@ def planned_resident_blocks(cfg: BenchConfig, cache: KVCacheConfig) -> int | Non
 def bench_decoder(cfg: BenchConfig, preset: dict, device: torch.device, dtype: torch.dtype):
     """The random-weight decoder a benchmark decodes with: `cfg.decoder` ("wan": the Wan 2.1 or, for 48
     latent channels, the Wan 2.2 VAE; "taehv": the preview decoder), full size for the full-size presets."""
-    from .models.registry import loader_vae_stream_slicing
-    from .vae import TAEHV, TAEHVConfig, Wan22VAE, Wan22VAEConfig, WanVAE, WanVAEConfig
+    from ..models.registry import loader_vae_stream_slicing
+    from ..vae import TAEHV, TAEHVConfig, Wan22VAE, Wan22VAEConfig, WanVAE, WanVAEConfig
 
     full = cfg.preset in FULL_SIZE_PRESETS
     wan22 = preset["config"].in_dim == Wan22VAEConfig().z_dim  # 48 latent channels: the Wan 2.2 VAE
@@ -482,6 +482,6 @@ def run_engine_benchmark(cfg: BenchConfig) -> dict:
 
 
 def _measured_non_torch(device: torch.device) -> int:
-    from .cache.planner import measured_non_torch_bytes
+    from ..cache.planner import measured_non_torch_bytes
 
     return measured_non_torch_bytes(device)

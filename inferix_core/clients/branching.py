@@ -38,20 +38,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from .cache import create_kv_cache
-from .cache.paged import planned_pages
-from .cache.planner import ForkPlan, plan_forks
-from .cache.shared import PageArena, StreamKVCache
-from .cache.spec import KVCacheConfig
-from .conditioning import encode_prompt, latent_size
-from .engine import Engine
-from .errors import ConfigError, ShapeMismatchError
-from .image_world import StartImageInputs, start_image_role
-from .models.registry import WorldModel
-from .pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
-from .pipeline.batched import denoise_many
-from .pipeline.block_diffusion import StreamState
-from .pipeline.streams import (
+from ..cache import create_kv_cache
+from ..cache.paged import planned_pages
+from ..cache.planner import ForkPlan, plan_forks
+from ..cache.shared import PageArena, StreamKVCache
+from ..cache.spec import KVCacheConfig
+from ..conditioning import encode_prompt, latent_size
+from ..engine import Engine
+from ..errors import ConfigError, ShapeMismatchError
+from ..image_world import StartImageInputs, start_image_role
+from ..models.registry import WorldModel
+from ..pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
+from ..pipeline.batched import denoise_many
+from ..pipeline.block_diffusion import StreamState
+from ..pipeline.streams import (
     adopt_stream,
     clone_noise,
     new_arena,
@@ -59,7 +59,7 @@ from .pipeline.streams import (
     start_stream,
     stream_spec,
 )
-from .tensors import to_device_async
+from ..tensors import to_device_async
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class Branches:
         if not self.recompute and not isinstance(parent.cache, StreamKVCache):
             raise ConfigError(
                 f"branching needs a stream whose pages live in a page arena, not a {type(parent.cache).__name__}; "
-                "start it with inferix_core.branching.start_stream"
+                "start it with inferix_core.clients.branching.start_stream"
             )
         if not futures:
             raise ConfigError("branching needs at least one Future")

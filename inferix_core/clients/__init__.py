@@ -1,0 +1,1 @@
+"""The engine's clients: the interactive session (+ its parts), branching, many streams, the benchmark."""
