@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from inferix_core.conditioning import matrix_game_request
+from inferix_core.engine.conditioning import matrix_game_request
 from inferix_core.models.matrix_game2 import (
     MATRIX_GAME2_VARIANTS,
     MatrixGameConditioning,

@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from inferix_core.image_conditioning import StartImageLatents, start_image_pixels
+from inferix_core.engine.image_conditioning import StartImageLatents, start_image_pixels
 from inferix_core.vae import WanVAE, WanVAEConfig
 from inferix_core.vision import CLIPVisionEncoder
 

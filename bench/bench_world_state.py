@@ -24,14 +24,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inferix_core.clients.benchmark import PRESETS, BenchConfig, build_engine
-from inferix_core.pipeline import BlockDiffusionPipeline
-from inferix_core.world_state import (
+from inferix_core.engine.world_state import (
     capture_world_state,
     load_world_state,
     model_identity,
     read_world_state,
     write_world_state,
 )
+from inferix_core.pipeline import BlockDiffusionPipeline
 
 KINDS = {
     "ring": {},

@@ -15,18 +15,14 @@ import numpy as np
 import torch
 
 from .cache import KVCacheConfig
-from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from .engine import Engine, run_pipeline
-from .errors import ConfigError
-from .image_world import (
+from .engine.conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
+from .engine.image_world import (
     MatrixGameInputs,
     StartImageInputs,
     image_world_extra,
 )
-from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
-from .pipeline import BlockOutput, GenerationRequest, SamplingConfig
-from .profiling import NullProfiler
-from .run_inputs import (
+from .engine.run_inputs import (
     LONGLIVE2_SCENE_CUT_PREFIX,
     check_resumable,
     context_in_force,
@@ -34,7 +30,7 @@ from .run_inputs import (
     is_image_run,
     resolve_inputs,
 )
-from .run_output import (
+from .engine.run_output import (
     DecodedBlock,
     EncoderPixels,
     GenerationHooks,
@@ -49,8 +45,8 @@ from .run_output import (
     pixels_to_uint8,
     profile_block_end,
 )
-from .run_plan import check_plan, plan_run
-from .schedules import (
+from .engine.run_plan import check_plan, plan_run
+from .engine.schedules import (
     ActionSchedule,
     PromptSchedule,
     block_at,
@@ -58,9 +54,13 @@ from .schedules import (
     seconds_per_block,
     seconds_to_blocks,
 )
-from .world_state import (
+from .engine.world_state import (
     WorldState,
 )
+from .errors import ConfigError
+from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
+from .pipeline import BlockOutput, GenerationRequest, SamplingConfig
+from .profiling import NullProfiler
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def generate_video(
             the video starts from and its CLIP vision (encoder, file, CLIP_VISION_OUTPUT or tokens); the
             actions are then an ActionSchedule of keys/mouse, per-pixel-frame rows, or a
             `controls.ControlChannel` read at each block boundary (live control)
-            (`inferix_core.image_world`). A Wan 2.1 I2V model (family wan21_i2v) takes the prompt (or a
+            (`inferix_core.engine.image_world`). A Wan 2.1 I2V model (family wan21_i2v) takes the prompt (or a
             prompt schedule: the image's K/V stay) and the start image with its CLIP vision, no actions.
             Other models refuse an image.
             For a TI2V model (Wan 2.2, 48 latent channels)

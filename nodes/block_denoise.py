@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from inferix_core.controls import control_spec_of
-from inferix_core.image_world import start_image_role
+from inferix_core.engine.image_world import start_image_role
 
 from . import comfy_runtime as rt
 from . import live_controls, types

@@ -20,7 +20,7 @@ ActionSchedule = io.Custom("INFERIX_ACTION_SCHEDULE")
 StreamSettings = io.Custom("INFERIX_STREAM_SETTINGS")
 # inferix_core.models.memory.MemorySettings: block swap, fp8 weight storage, text-encoder placement
 MemorySettings = io.Custom("INFERIX_MEMORY_SETTINGS")
-# inferix_core.world_state.WorldState: a saved world (KV cache, prompt, noise, decoder cache) to continue
+# inferix_core.engine.world_state.WorldState: a saved world (KV cache, prompt, noise, decoder cache) to continue
 WorldState = io.Custom("INFERIX_WORLD_STATE")
 # inferix_core.api.VideoResult: latents, uint8 frames [T, H, W, 3], fps, per-block profile
 Video = io.Custom("INFERIX_VIDEO")

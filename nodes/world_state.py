@@ -4,7 +4,7 @@ Block Denoise outputs the world after its last block (`world_state`, only captur
 linked) and takes one to continue (`world_state` input). These nodes carry it to and from a file: saved
 under ComfyUI's output folder with a prefix and a number, never overwriting, and loaded only from files
 inside the output or input folder (the name comes from a workflow, i.e. from anyone who can queue one).
-The state itself is `inferix_core.world_state`'s.
+The state itself is `inferix_core.engine.world_state`'s.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ class InferixSaveWorldState(io.ComfyNode):
 
     @classmethod
     def execute(cls, world_state: Any, filename_prefix: str) -> io.NodeOutput:
+        from inferix_core.engine.world_state import write_world_state
         from inferix_core.sinks.paths import unique_path
-        from inferix_core.world_state import write_world_state
 
         if world_state is None:
             raise ConfigError("no world state: connect Inferix Block Denoise's world_state output")
@@ -163,7 +163,7 @@ class InferixLoadWorldState(io.ComfyNode):
 
     @classmethod
     def execute(cls, world_file: str) -> io.NodeOutput:
-        from inferix_core.world_state import read_world_state
+        from inferix_core.engine.world_state import read_world_state
 
         world = read_world_state(resolve_world_file(world_file))
         return io.NodeOutput(world, ui={"text": [world.describe()]})

@@ -171,7 +171,7 @@ def test_one_decoder_choice_for_generate_decode_and_session(caplog):
     preview = _CountingDecoder(wm.vae)
     with_preview = dataclasses.replace(wm, preview_decoder=preview)
     assert choose_decoder(with_preview, "preview") is preview and choose_decoder(with_preview, "vae") is wm.vae
-    with caplog.at_level("INFO", logger="inferix_core.run_output"):
+    with caplog.at_level("INFO", logger="inferix_core.engine.run_output"):
         assert choose_decoder(wm, "preview") is wm.vae
     assert "no preview decoder" in caplog.text
     res = generate_video(with_preview, "", num_blocks=1, width=48, height=32, decoder="preview")

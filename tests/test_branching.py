@@ -168,7 +168,7 @@ def test_one_fork_equals_its_run_alone_bitwise():
 def test_a_resumed_world_can_branch(tmp_path, name):
     """save → load (a plain paged cache) → adopt into an arena → fork: the fork continues as the saved run."""
     from inferix_core.clients.branching import adopt_stream
-    from inferix_core.world_state import load_world_state, model_identity, save_world_state
+    from inferix_core.engine.world_state import load_world_state, model_identity, save_world_state
 
     pipe, (prompts, actions) = _pipe(CACHES[name]), _inputs()
     state = pipe.start_stream(prompts[0], H, W, seed=5)
@@ -215,8 +215,8 @@ def test_branch_video_decodes_the_past_once_and_each_future_from_its_state():
 )
 def test_a_kept_fork_can_be_saved_and_resumed(tmp_path, cache):
     """fork → keep → to_plain_stream → save → load → continue == the kept fork continuing in its arena."""
+    from inferix_core.engine.world_state import load_world_state, model_identity, save_world_state
     from inferix_core.pipeline.streams import to_plain_stream
-    from inferix_core.world_state import load_world_state, model_identity, save_world_state
 
     pipe, (prompts, actions) = _pipe(cache), _inputs()
     parent = start_stream(pipe, prompts[0], H, W, seed=5)

@@ -31,8 +31,8 @@ from inferix_core.clients.branching import (
     start_stream,
 )
 from inferix_core.clients.session import InteractiveSession
+from inferix_core.engine.image_world import StartImageInputs
 from inferix_core.errors import ConfigError
-from inferix_core.image_world import StartImageInputs
 from inferix_core.models.registry import FAMILIES, WorldModel, load_world_model
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
@@ -178,7 +178,7 @@ def test_branch_video_on_the_bundled_model_forks_its_tiny_vae_decoder():
 
 def test_a_wan_i2v_world_keeps_the_start_image_k_v(i2v):
     """A saved Wan 2.1 I2V world carries the start image's cross-attention K/V: resumed, it continues bitwise."""
-    from inferix_core.world_state import WorldState, capture_world_state, load_world_state, model_identity
+    from inferix_core.engine.world_state import WorldState, capture_world_state, load_world_state, model_identity
 
     wm, t = i2v
     image = StartImageInputs(wm, np.random.RandomState(5).randint(0, 256, (48, 80, 3), dtype=np.uint8), W, H,

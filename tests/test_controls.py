@@ -20,8 +20,8 @@ from inferix_core.controls import (
     parse_control,
     validate_control_event,
 )
+from inferix_core.engine.schedules import ActionSchedule, BlockTiming
 from inferix_core.errors import ConfigError
-from inferix_core.schedules import ActionSchedule, BlockTiming
 
 
 def reference_fill(rows: torch.Tensor, start: int, n: int, value: torch.Tensor) -> None:

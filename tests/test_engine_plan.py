@@ -10,7 +10,7 @@ import torch
 
 from inferix_core.cache import KVCacheConfig
 from inferix_core.engine import Engine
-from inferix_core.run_plan import plan_run
+from inferix_core.engine.run_plan import plan_run
 from tests.test_api import tiny_world
 
 

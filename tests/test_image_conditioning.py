@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from inferix_core.engine.image_conditioning import StartImageLatents, resize_crop_box, start_image_pixels
 from inferix_core.errors import ConfigError, ShapeMismatchError
-from inferix_core.image_conditioning import StartImageLatents, resize_crop_box, start_image_pixels
 from inferix_core.vae import WanVAE
 from tests.fixture_utils import FIXTURES, read_fixture
 

@@ -19,11 +19,11 @@ from inferix_core.api import generate_video
 from inferix_core.cache import KVCacheConfig
 from inferix_core.clients.session import InteractiveSession
 from inferix_core.controls import CONTROL_SPECS, block_rows
+from inferix_core.engine.schedules import ActionSchedule
 from inferix_core.errors import ConfigError
 from inferix_core.models.registry import WorldModel
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import SamplingConfig
-from inferix_core.schedules import ActionSchedule
 from inferix_core.vae import WanVAE
 from tests.fixture_utils import FIXTURES, read_fixture
 from tests.test_api import tiny_world

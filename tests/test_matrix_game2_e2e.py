@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 from inferix_core.api import generate_video
+from inferix_core.engine.schedules import ActionSchedule
 from inferix_core.models.registry import load_world_model
-from inferix_core.schedules import ActionSchedule
 from tests.fixture_utils import FIXTURES
 from tests.models.test_matrix_game2_checkpoint import CLIP, released_state
 

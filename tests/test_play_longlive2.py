@@ -21,7 +21,7 @@ from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX
 from inferix_core.cache import KVCacheConfig
 from inferix_core.clients.session import InteractiveSession
 from inferix_core.commands.play import play
-from inferix_core.conditioning import encode_start_frames
+from inferix_core.engine.conditioning import encode_start_frames
 from inferix_core.models.registry import load_world_model
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
 from inferix_core.pipeline.block_diffusion import SeededNoise

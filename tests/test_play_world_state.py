@@ -12,8 +12,8 @@ import torch
 
 from inferix_core import cli
 from inferix_core.commands.play import play
+from inferix_core.engine.world_state import read_world_state
 from inferix_core.models.registry import load_world_model
-from inferix_core.world_state import read_world_state
 
 
 def _tensors(path):

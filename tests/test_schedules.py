@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from inferix_core.api import PromptSchedule, generate_video, seconds_to_blocks
+from inferix_core.engine.schedules import BlockTiming, block_timing
 from inferix_core.errors import ConfigError
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from inferix_core.schedules import BlockTiming, block_timing
 from inferix_core.vae.config import WanVAEConfig
 from tests.test_api import tiny_world
 

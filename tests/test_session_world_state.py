@@ -13,8 +13,8 @@ import torch
 
 from inferix_core.cache import KVCacheConfig
 from inferix_core.clients.session import InteractiveSession
+from inferix_core.engine.world_state import read_world_state
 from inferix_core.errors import ConfigError
-from inferix_core.world_state import read_world_state
 from tests.test_api import tiny_world
 
 ACTIONS = ("left", "right", "straight")

@@ -13,8 +13,8 @@ import torch
 
 from inferix_core.api import generate_video
 from inferix_core.clients.session import InteractiveSession
+from inferix_core.engine.image_conditioning import StartImageLatents, start_image_pixels
 from inferix_core.errors import ConfigError
-from inferix_core.image_conditioning import StartImageLatents, start_image_pixels
 from inferix_core.models.registry import FAMILIES, WorldModel
 from inferix_core.models.wan.block_inputs import StartImageConditioning
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig
+from inferix_core.engine.world_state import load_world_state, model_identity, read_world_state, save_world_state
 from inferix_core.errors import ConfigError
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
 from inferix_core.models.wan.config import WanConfig
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig
 from inferix_core.vae import WanVAE
-from inferix_core.world_state import load_world_state, model_identity, read_world_state, save_world_state
 from tests.fixture_utils import FIXTURES
 from tests.models.wan_state import random_wan_state_dict
 

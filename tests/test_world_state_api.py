@@ -16,8 +16,8 @@ import torch
 
 from inferix_core.api import generate_video
 from inferix_core.cache import KVCacheConfig
+from inferix_core.engine.world_state import WorldState, read_world_state, write_world_state
 from inferix_core.errors import ConfigError
-from inferix_core.world_state import WorldState, read_world_state, write_world_state
 from tests.test_api import tiny_world
 
 W, H = 48, 32

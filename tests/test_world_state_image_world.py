@@ -18,9 +18,9 @@ from inferix_core.api import generate_video
 from inferix_core.cache import KVCacheConfig
 from inferix_core.clients.session import InteractiveSession
 from inferix_core.controls import block_rows
+from inferix_core.engine.world_state import WorldState, read_world_state, write_world_state
 from inferix_core.errors import ConfigError
 from inferix_core.models.registry import load_world_model
-from inferix_core.world_state import WorldState, read_world_state, write_world_state
 from tests.fixture_utils import FIXTURES
 from tests.models.test_matrix_game2_checkpoint import CLIP, released_state
 

@@ -16,10 +16,7 @@ import torch
 
 from inferix_core.api import generate_video
 from inferix_core.cache import KVCacheConfig
-from inferix_core.errors import ConfigError
-from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig
-from inferix_core.vae.pixel_window import PixelWindowEncoder
-from inferix_core.world_state import (
+from inferix_core.engine.world_state import (
     WorldState,
     capture_world_state,
     load_world_state,
@@ -27,6 +24,9 @@ from inferix_core.world_state import (
     read_world_state,
     write_world_state,
 )
+from inferix_core.errors import ConfigError
+from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig
+from inferix_core.vae.pixel_window import PixelWindowEncoder
 from tests.test_api import tiny_world
 
 KREA = SamplingConfig((1000, 500), block_frames=2, kv_recompute_frames=2, keep_first_frame=False)

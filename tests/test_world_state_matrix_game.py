@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig
+from inferix_core.engine.world_state import load_world_state, model_identity, save_world_state
 from inferix_core.errors import ConfigError
 from inferix_core.pipeline import BlockDiffusionPipeline
-from inferix_core.world_state import load_world_state, model_identity, save_world_state
 from tests.fixture_utils import files_of_kind
 from tests.matrix_game2_utils import build
 

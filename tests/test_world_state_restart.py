@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from inferix_core.cache import KVCacheConfig
+from inferix_core.engine.world_state import load_world_state, model_identity, save_world_state
 from inferix_core.pipeline import BlockDiffusionPipeline, SamplingConfig
-from inferix_core.world_state import load_world_state, model_identity, save_world_state
 from tests.test_world_state import CFG, H, W, _inputs, _model
 
 CACHES = {

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..benchmark_report import BlockTimer, effective_attention
 from ..cache import KVCacheConfig
 from ..errors import ConfigError
 from ..models.wan.causal_transformer import CausalWanTransformer
@@ -23,6 +22,7 @@ from ..pipeline import BlockDiffusionPipeline, GenerationRequest, SamplingConfig
 from ..tensors import prefer_expandable_segments
 from ..vae.memory import DecodeSlicing
 from ..vae.overlap import OverlappedDecoder, to_uint8_frames
+from .benchmark_report import BlockTimer, effective_attention
 
 log = logging.getLogger(__name__)
 

@@ -43,10 +43,10 @@ from ..cache.paged import planned_pages
 from ..cache.planner import ForkPlan, plan_forks
 from ..cache.shared import PageArena, StreamKVCache
 from ..cache.spec import KVCacheConfig
-from ..conditioning import encode_prompt, latent_size
 from ..engine import Engine
+from ..engine.conditioning import encode_prompt, latent_size
+from ..engine.image_world import StartImageInputs, start_image_role
 from ..errors import ConfigError, ShapeMismatchError
-from ..image_world import StartImageInputs, start_image_role
 from ..models.registry import WorldModel
 from ..pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
 from ..pipeline.batched import denoise_many

@@ -20,27 +20,27 @@ from typing import Any
 import torch
 
 from ..cache import KVCacheConfig
-from ..conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
 from ..controls import Control, LiveControls, block_rows
 from ..engine import BlockInput, Engine, Stream
-from ..errors import ConfigError
-from ..image_conditioning import resized_image_frames
-from ..image_world import (
+from ..engine.conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
+from ..engine.image_conditioning import resized_image_frames
+from ..engine.image_world import (
     MatrixGameInputs,
     StartImageInputs,
     image_world_extra,
     resume_image_world,
     start_image_role,
 )
+from ..engine.run_inputs import encode_run_prompt
+from ..engine.schedules import SCENE_CUT_PREFIX
+from ..engine.world_state import WorldState
+from ..errors import ConfigError
 from ..models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from ..pipeline import SamplingConfig
 from ..pipeline.frames import keep_resident
 from ..pipeline.recache import RECACHE_STYLES
 from ..profiling import NullProfiler
-from ..run_inputs import encode_run_prompt
-from ..schedules import SCENE_CUT_PREFIX
 from ..sinks.live import InputQueue
-from ..world_state import WorldState
 from .session_parts import BranchHere, QueuedInputs, SessionBlock
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
 
     def save_world(self, path) -> Any:
         """Write the world to `path` (never overwriting; a taken name gets the next number); returns the path."""
-        from ..world_state import write_world_state
+        from ..engine.world_state import write_world_state
 
         return write_world_state(path, self.capture_world())
 

@@ -104,8 +104,8 @@ def bench_config(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ..benchmark_report import format_table, format_variants
     from ..clients.benchmark import run_engine_benchmark, variant_options
+    from ..clients.benchmark_report import format_table, format_variants
 
     if args.variants:
         base = bench_config(args)

@@ -22,16 +22,16 @@ from typing import Any
 from ..cache import KVCacheConfig
 from ..clients.session import InteractiveSession, SessionBlock
 from ..controls import control_spec_of
+from ..engine.image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
+from ..engine.image_world import start_image_role, takes_start_image
+from ..engine.world_state import WorldState, read_world_state
 from ..errors import ConfigError, InferixError, MissingFileError, WorkflowError
-from ..image_world import DEFAULT_SIZE as IMAGE_MODEL_SIZE
-from ..image_world import start_image_role, takes_start_image
 from ..models.memory import MemorySettings
 from ..models.registry import WorldModel, load_world_model
 from ..sinks import LiveView, Mp4Sink, unique_path
 from ..sinks.live import DEFAULT_KEY_ACTIONS
 from ..text.vocabulary import VocabularyPromptEncoder
 from ..workflow.settings import cache_config, load_options, memory_settings, model_file
-from ..world_state import WorldState, read_world_state
 from .lora_option import add_lora_option
 from .memory_args import add_family_arguments, add_memory_arguments, load_options_from_args, memory_settings_from_args
 

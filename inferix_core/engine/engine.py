@@ -36,7 +36,8 @@ from ..pipeline.loop import (
     switch_prompt,
 )
 from ..profiling import NullProfiler, Profiler
-from ..run_output import (
+from ..vae.pixel_window import PixelWindowEncoder
+from .run_output import (
     GenerationHooks,
     ProfiledHooks,
     VideoResult,
@@ -46,9 +47,8 @@ from ..run_output import (
     profile_block_end,
     run_stream_decoder,
 )
-from ..run_plan import plan_run
-from ..vae.pixel_window import PixelWindowEncoder
-from ..world_state import (
+from .run_plan import plan_run
+from .world_state import (
     WorldState,
     capture_world_state,
     history_from,

@@ -12,7 +12,7 @@ What the model core takes (the API other code calls; see docs/matrix_game2.md):
     (multi-hot keys; mouse = (pitch, yaw) deltas, the authors' demos use ±0.1).
 
   Give it to the pipeline as `GenerationRequest(context=cond.visual_context, actions=cond, …)` (or use
-  `inferix_core.conditioning.matrix_game_request`); `BlockDiffusionPipeline` calls `cond.for_block(start, n)` for every block and passes
+  `inferix_core.engine.conditioning.matrix_game_request`); `BlockDiffusionPipeline` calls `cond.for_block(start, n)` for every block and passes
   the resulting `MatrixGameBlockInput` to every model call of that block (denoising steps and context
   pass): block b gets cond_concat[:, :, b·n : b·n + n] and the action rows [: 1 + 4·(b·n + n − 1)].
   For an open-ended session call `pipeline.denoise_block(state, action=cond.for_block(start, n))` after

@@ -242,7 +242,7 @@ def test_a_lora_merge_gives_the_new_transformer_its_own_runner():
 
 def test_a_restored_world_state_keeps_the_lease(tmp_path):
     """world_state.load builds a new StreamState around the held cache: that state holds the lease now."""
-    from inferix_core.world_state import load_world_state, save_world_state
+    from inferix_core.engine.world_state import load_world_state, save_world_state
 
     model, sampling, cache = _tiny(window=6, sink=2)
     runner = enable_cuda_graphs(model, RecordingBackend())

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inferix_core.conditioning import matrix_game_request
+from inferix_core.engine.conditioning import matrix_game_request
 from inferix_core.errors import ConfigError, ShapeMismatchError
 from inferix_core.models.matrix_game2 import MATRIX_GAME2_VARIANTS, MatrixGameConditioning
 from inferix_core.models.registry import load_world_model

@@ -302,8 +302,8 @@ def test_a_shot_schedule_runs_as_their_shot_layout(fx, tmp_path):
     after it (NVlabs/LongLive utils/dataset.py `_apply_shot_durations`); and it differs from a plain switch."""
     from inferix_core.api import LONGLIVE2_SCENE_CUT_PREFIX, generate_video
     from inferix_core.cache import ShotSinkKVCache
+    from inferix_core.engine.schedules import PromptSchedule, block_timing
     from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-    from inferix_core.schedules import PromptSchedule, block_timing
 
     wm, frames, (h, w), sampling, cache = _shot_world(fx)
     s, timing = wm.spatial_compression, block_timing(wm, sampling)
@@ -359,8 +359,8 @@ def test_a_start_image_is_one_decision_for_the_facade_and_branch_video(fx, tmp_p
 
     from inferix_core.api import generate_video
     from inferix_core.clients.branching import branch_video
+    from inferix_core.engine.image_conditioning import resized_image_frames
     from inferix_core.errors import ConfigError
-    from inferix_core.image_conditioning import resized_image_frames
     from inferix_core.models.registry import load_world_model
 
     path, info, t, _ = fx

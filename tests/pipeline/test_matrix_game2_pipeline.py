@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from inferix_core.conditioning import matrix_game_request
+from inferix_core.engine.conditioning import matrix_game_request
 from inferix_core.pipeline import BlockDiffusionPipeline
 from inferix_core.scheduler import FlowMatchScheduler
 from tests.fixture_utils import Recorder, assert_sigmas_used, files_of_kind, read_fixture

@@ -17,9 +17,9 @@ import torch
 
 from inferix_core.api import check_plan, generate_video, plan_run
 from inferix_core.cache import plan_costs
+from inferix_core.engine.schedules import seconds_to_blocks
 from inferix_core.errors import CacheBudgetError, ConfigError
 from inferix_core.models.registry import load_world_model
-from inferix_core.schedules import seconds_to_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 2**20
@@ -57,7 +57,7 @@ def test_block_denoise_seconds_refuses_non_finite_and_beyond_the_cap(bundled, no
 def test_seconds_just_over_the_cap_is_refused_and_at_the_cap_accepted(bundled, no_generation):
     from inferix_nodes.block_denoise import MAX_BLOCKS, InferixBlockDenoise
 
-    from inferix_core.schedules import block_timing
+    from inferix_core.engine.schedules import block_timing
 
     at_cap = block_timing(bundled).video_seconds(MAX_BLOCKS)  # what 1000 blocks decode to
     assert seconds_to_blocks(bundled, at_cap) == MAX_BLOCKS
@@ -143,9 +143,8 @@ def test_lvbench_json_never_overwrites(tmp_path, capsys):
 
 
 def test_bench_json_never_overwrites(tmp_path, monkeypatch, capsys):
-    from inferix_core import benchmark_report
     from inferix_core.cli import main
-    from inferix_core.clients import benchmark
+    from inferix_core.clients import benchmark, benchmark_report
 
     monkeypatch.setattr(benchmark, "run_engine_benchmark", lambda cfg: {"rows": [1]})
     monkeypatch.setattr(benchmark_report, "format_table", lambda result: "table")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from .errors import ConfigError, ShapeMismatchError
+from ..errors import ConfigError, ShapeMismatchError
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from .pipeline import PipelineHooks
+from ..pipeline import PipelineHooks
 
 
 def format_variants(results: list[tuple[str, dict]]) -> str:
@@ -53,7 +53,7 @@ class BlockTimer(PipelineHooks):
 
 def effective_attention(name: str) -> str:
     """The backend that ran: an unavailable one falls back to sdpa (flash_attn_4: and per shape, by its table)."""
-    from .attention import get_attention_backend
+    from ..attention import get_attention_backend
 
     return get_attention_backend(name).name
 

@@ -11,10 +11,10 @@ import logging
 import numpy as np
 import torch
 
-from .errors import ConfigError, ShapeMismatchError
-from .models.matrix_game2 import MatrixGameConditioning
-from .models.registry import WorldModel
-from .pipeline import GenerationRequest, SamplingConfig
+from ..errors import ConfigError, ShapeMismatchError
+from ..models.matrix_game2 import MatrixGameConditioning
+from ..models.registry import WorldModel
+from ..pipeline import GenerationRequest, SamplingConfig
 
 log = logging.getLogger(__name__)
 

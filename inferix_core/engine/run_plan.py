@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from .cache import KVCacheConfig, MemoryPlan
-from .cache.planner import plan_for
+from ..cache import KVCacheConfig, MemoryPlan
+from ..cache.planner import plan_for
+from ..errors import CacheBudgetError
+from ..memory import PlanInput
+from ..models.registry import WorldModel
+from ..pipeline import SamplingConfig
 from .conditioning import latent_size
-from .errors import CacheBudgetError
-from .memory import PlanInput
-from .models.registry import WorldModel
-from .pipeline import SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def plan_run(
     before anything is allocated, naming the cheapest fix. Allocates nothing. One `memory.PlanInput` is built
     (`streams`: runs batched as one, each a batch row with its own decoder and frames); the budget fills it in.
     """
-    from .cache.plan_costs import available_memory_bytes, host_available_bytes, host_memory
+    from ..cache.plan_costs import available_memory_bytes, host_available_bytes, host_memory
 
     sampling = sampling or world_model.sampling
     cache = cache or world_model.default_cache
@@ -92,8 +92,8 @@ def resident_bytes(world_model: WorldModel) -> int:
 def decoder_memory(vae, lat_h: int, lat_w: int, block_frames: int, streams: int = 1) -> dict:
     """The planner's arguments for the model's own decoder: a Wan 2.1 VAE's counted memory model (so the
     plan may slice its decode), another decoder's weights + working set; nothing (the Wan estimate) without one."""
-    from .vae import Wan22VAE, WanVAE
-    from .vae.memory import VAEMemory
+    from ..vae import Wan22VAE, WanVAE
+    from ..vae.memory import VAEMemory
 
     if isinstance(vae, WanVAE) and not isinstance(vae, Wan22VAE):
         return {"vae_memory": VAEMemory.for_vae(vae, lat_h, lat_w, streams)}

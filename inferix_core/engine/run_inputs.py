@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
+from ..controls import ControlChannel
+from ..errors import ConfigError
+from ..models.registry import WorldModel
+from ..pipeline import SamplingConfig
 from .conditioning import actions_to_tensor, encode_prompt, encode_start_frames, latent_size
-from .controls import ControlChannel
-from .errors import ConfigError
 from .image_conditioning import resized_image_frames
 from .image_world import (
     MatrixGameInputs,
@@ -22,8 +24,6 @@ from .image_world import (
     resume_image_world,
     start_image_role,
 )
-from .models.registry import WorldModel
-from .pipeline import SamplingConfig
 from .schedules import (
     SCENE_CUT_PREFIX,
     ActionSchedule,

@@ -15,15 +15,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .errors import ConfigError, ShapeMismatchError
-from .models.registry import WorldModel
-from .pipeline import PipelineHooks, SamplingConfig
-from .profiling import NullProfiler
-from .vae.overlap import to_uint8_frames
-from .vae.pixel_window import PixelWindowEncoder
-from .vae.streaming import StreamDecoder
-from .vae.taehv import TAEHVStreamDecoder
-from .vae.tiny_ae import TinyStreamDecoder
+from ..errors import ConfigError, ShapeMismatchError
+from ..models.registry import WorldModel
+from ..pipeline import PipelineHooks, SamplingConfig
+from ..profiling import NullProfiler
+from ..vae.overlap import to_uint8_frames
+from ..vae.pixel_window import PixelWindowEncoder
+from ..vae.streaming import StreamDecoder
+from ..vae.taehv import TAEHVStreamDecoder
+from ..vae.tiny_ae import TinyStreamDecoder
 from .world_state import (
     WorldState,
 )
@@ -124,8 +124,8 @@ def open_video_sinks(folder: str | Path, prefix: str, fps: float, *, crf: int = 
     The mp4 is written as `…partial.mp4`, one flushed fragment per block, and renamed when closed (also on
     an interrupt), never over an existing file; so a stopped run leaves a playable file of the frames so far.
     """
-    from .sinks import Mp4Sink, unique_path
-    from .sinks.frames import FrameFolderSink
+    from ..sinks import Mp4Sink, unique_path
+    from ..sinks.frames import FrameFolderSink
 
     path = unique_path(folder, prefix, "mp4")
     sinks = [Mp4Sink(path, fps, crf=crf)]

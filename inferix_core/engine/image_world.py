@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .controls import (
+from ..controls import (
     ActionTrack,
     Control,
     ControlChannel,
@@ -32,10 +32,10 @@ from .controls import (
     control_spec_of,
     parse_control,
 )
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..models.wan.action_module import MatrixGameBlockInput
+from ..models.wan.causal_transformer import StartImageBlockInput
 from .image_conditioning import StartImageLatents, start_image_pixels
-from .models.wan.action_module import MatrixGameBlockInput
-from .models.wan.causal_transformer import StartImageBlockInput
 from .schedules import ActionSchedule, BlockTiming
 from .world_state import WorldState
 
@@ -79,7 +79,7 @@ def start_image_role(world_model: Any, start_image: Any) -> str | None:
 
 def visual_tokens(clip_vision: Any, pixels: torch.Tensor) -> torch.Tensor:
     """CLIP tokens of the start pixels from a CLIPVisionEncoder, a file/folder path, a CLIP_VISION_OUTPUT or a tensor."""
-    from .vision import CLIPVisionEncoder, tokens_from_clip_vision_output
+    from ..vision import CLIPVisionEncoder, tokens_from_clip_vision_output
 
     if clip_vision is None:
         raise ConfigError(

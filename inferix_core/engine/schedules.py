@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .controls import ActionTrack, ControlSpec, get_control_spec, parse_control
-from .errors import ConfigError
-from .models.registry import WorldModel
-from .pipeline import SamplingConfig
+from ..controls import ActionTrack, ControlSpec, get_control_spec, parse_control
+from ..errors import ConfigError
+from ..models.registry import WorldModel
+from ..pipeline import SamplingConfig
 
 log = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .cache.snapshot import cache_identity, restore_cache, snapshot_cache
-from .errors import ConfigError, MissingFileError
-from .models.wan.action_module import ActionKVCache
-from .models.wan.causal_transformer import CrossAttentionCache
-from .pipeline import BlockDiffusionPipeline, SeededNoise
-from .pipeline.block_diffusion import StreamState
-from .sinks.paths import PARTIAL_TAG, publish
-from .vae.tiny_ae import TinyDecodeState
+from ..cache.snapshot import cache_identity, restore_cache, snapshot_cache
+from ..errors import ConfigError, MissingFileError
+from ..models.wan.action_module import ActionKVCache
+from ..models.wan.causal_transformer import CrossAttentionCache
+from ..pipeline import BlockDiffusionPipeline, SeededNoise
+from ..pipeline.block_diffusion import StreamState
+from ..sinks.paths import PARTIAL_TAG, publish
+from ..vae.tiny_ae import TinyDecodeState
 
 FORMAT = "inferix-world-state/1"
 _STATE_TENSORS = ("first_latent", "recent_latents", "clean_prefix")  # optional StreamState tensors (Krea, TI2V)
@@ -420,8 +420,8 @@ def load_world_state(
 def _restore_decoder(decoder, meta: dict | None, tensors: dict, device) -> None:
     if meta is None:
         raise ConfigError("this world state was saved without the VAE decoder's cache; load it with decoder=None")
-    from .vae.layers import CausalConvCache
-    from .vae.streaming import DecodeState
+    from ..vae.layers import CausalConvCache
+    from ..vae.streaming import DecodeState
 
     kind = meta.get("kind", "wan")
     if not hasattr(decoder, "state"):  # the loop's own pixels (Krea's window, restored with the pipeline)
