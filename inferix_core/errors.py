@@ -50,3 +50,8 @@ class MissingFileError(InferixError, FileNotFoundError):
 
 class GenerationInterruptedError(InferixError):
     """Generation was stopped by the user (ComfyUI interrupt, Ctrl-C, session stop)."""
+
+
+class StreamStopped(InferixError):  # noqa: N818 -- a signal to stop one stream, not a failure
+    """A sink refused more frames of its stream (a full queue under policy "stop", a failed consumer): that
+    stream alone stops; the engine's other streams go on (`Engine.step_many`)."""

@@ -167,8 +167,8 @@ def test_one_fork_equals_its_run_alone_bitwise():
 @pytest.mark.parametrize("name", list(CACHES))
 def test_a_resumed_world_can_branch(tmp_path, name):
     """save → load (a plain paged cache) → adopt into an arena → fork: the fork continues as the saved run."""
-    from inferix_core.clients.branching import adopt_stream
     from inferix_core.engine.world_state import load_world_state, model_identity, save_world_state
+    from inferix_core.pipeline.streams import adopt_stream
 
     pipe, (prompts, actions) = _pipe(CACHES[name]), _inputs()
     state = pipe.start_stream(prompts[0], H, W, seed=5)

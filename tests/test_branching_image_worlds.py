@@ -26,12 +26,12 @@ from inferix_core.clients.branching import (
     Future,
     LiveBranch,
     branch_video,
-    pixels_to_frames,
     release_stream,
     start_stream,
 )
 from inferix_core.clients.session import InteractiveSession
 from inferix_core.engine.image_world import StartImageInputs
+from inferix_core.engine.run_output import pixels_to_uint8
 from inferix_core.errors import ConfigError
 from inferix_core.models.registry import FAMILIES, WorldModel, load_world_model
 from inferix_core.models.wan.causal_transformer import CausalWanTransformer
@@ -172,7 +172,7 @@ def test_branch_video_on_the_bundled_model_forks_its_tiny_vae_decoder():
     for lat, frames in zip(out.future_latents, out.future_frames, strict=True):
         dec = wm.vae.stream_decoder()
         dec.decode(out.past_latents.permute(0, 2, 1, 3, 4))
-        assert np.array_equal(frames, pixels_to_frames(dec.decode(lat.permute(0, 2, 1, 3, 4))))
+        assert np.array_equal(frames, pixels_to_uint8(dec.decode(lat.permute(0, 2, 1, 3, 4))))
     assert not np.array_equal(out.future_frames[0], out.future_frames[1])
 
 

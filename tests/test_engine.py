@@ -50,8 +50,9 @@ def test_engine_run_equals_the_headless_pipeline_stream():
     headless = Engine(wm, decode=False).pipeline.generate(_request(wm))
     engine = Engine(wm)
     sink = ListSink()
-    stream = engine.open_request(_request(wm, final_context_pass=False), sinks=[sink])
-    result = engine.run(stream, _request(wm, final_context_pass=False))
+    request = _request(wm, final_context_pass=False)
+    stream = engine.open_request(request, sinks=[sink])
+    result = engine.run(stream, request)
     assert torch.isfinite(result.latents).all()
     assert torch.equal(result.latents, headless)
     # every block reached the sink (the first in two writes: its first frame alone, run_output.decode_to_sinks)
@@ -74,7 +75,8 @@ def test_steps_equal_the_run_and_capture_writes_the_pending_context_pass():
     assert stream.state.pending_context is None
     assert world.next_block == BLOCKS
     ran = Engine(wm, decode=False)
-    result = ran.run(ran.open_request(_request(wm, final_context_pass=False)), _request(wm, final_context_pass=False))
+    again = _request(wm, final_context_pass=False)
+    result = ran.run(ran.open_request(again), again)
     assert torch.equal(torch.cat([b.latents for b in steps], dim=1), result.latents)
 
 
@@ -94,3 +96,16 @@ def test_switch_prompt_with_recache_equals_the_scheduled_switch():
         out.append(engine.step(stream, BlockInput(), commit=False).latents)
     scheduled = Engine(wm, decode=False).pipeline.generate(request)
     assert torch.equal(torch.cat(out, dim=1), scheduled)
+
+
+def test_run_takes_the_stream_opened_for_its_request():
+    """Engine.run reads the per-block inputs open_request decided for its request; another request is refused."""
+    wm = _world()
+    engine = Engine(wm, decode=False)
+    stream = engine.open_request(_request(wm))
+    import pytest
+
+    from inferix_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="open_request opened for the same request"):
+        engine.run(stream, _request(wm))

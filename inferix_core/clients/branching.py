@@ -2,7 +2,7 @@
 
 A fork maps the parent's pages (each page's reference count + 1, nothing copied); it gets its own
 prompt, actions and seed; the forks then run together as one batch per block step
-(`pipeline.batched.denoise_many`), and memory grows only by their new blocks (a page a fork writes
+(`Engine.fork`, `Engine.step_many`: engine/forks.py), and memory grows only by their new blocks (a page a fork writes
 into while another stream still maps it is copied first). Keep one, several or none: `keep()` releases
 the others, whose pages go back to the arena's pool.
 
@@ -28,68 +28,63 @@ Matrix-Game's keyboard/mouse action caches are not in the arena: such a stream i
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..cache import create_kv_cache
 from ..cache.paged import planned_pages
 from ..cache.planner import ForkPlan, plan_forks
 from ..cache.shared import PageArena, StreamKVCache
 from ..cache.spec import KVCacheConfig
-from ..engine import Engine
+from ..engine import BlockInput, Engine, EngineBlock, Stream
 from ..engine.conditioning import encode_prompt, latent_size
+from ..engine.forks import Future, check_branchable, check_forkable, fork_decoder
 from ..engine.image_world import StartImageInputs, start_image_role
+from ..engine.run_output import pixels_to_uint8
 from ..errors import ConfigError, ShapeMismatchError
 from ..models.registry import WorldModel
-from ..pipeline import BlockDiffusionPipeline, BlockOutput, SamplingConfig, SeededNoise
-from ..pipeline.batched import denoise_many
+from ..pipeline import BlockDiffusionPipeline, SamplingConfig
 from ..pipeline.block_diffusion import StreamState
-from ..pipeline.streams import (
-    adopt_stream,
-    clone_noise,
-    new_arena,
-    release_stream,
-    start_stream,
-    stream_spec,
-)
-from ..tensors import to_device_async
+from ..pipeline.streams import new_arena, release_stream, start_stream, stream_spec
 
 log = logging.getLogger(__name__)
 
-Actions = torch.Tensor | Callable[[int, int], torch.Tensor] | None
-
-
-@dataclass(eq=False)
-class Future:
-    """What one fork does differently from its parent, from the fork point on.
-
-    context: a prompt embedding (1, L, text_dim); None keeps the parent's prompt.
-    actions: rows (1, F, A) counted from the fork's first frame, or fn(start_frame, num_frames) → (1, n, A)
-        with absolute frames; None for models without actions.
-    seed: the fork's own noise seed; None continues the parent's noise stream (a copy of its generator).
-    name: a label for logs and the live view.
-    """
-
-    context: torch.Tensor | None = None
-    actions: Actions = None
-    seed: int | None = None
-    name: str = ""
+__all__ = [
+    "BranchedVideo",
+    "Branches",
+    "Fork",
+    "Future",
+    "LiveBranch",
+    "branch_video",
+    "fork_decoder",
+    "plan_futures",
+    "release_stream",
+    "start_stream",
+]  # fmt: skip
 
 
 @dataclass(eq=False)
 class Fork:
+    """One future as `Branches` runs it: the engine's stream of it and the blocks it made since the fork point."""
+
     future: Future
-    state: StreamState
+    stream: Stream
     origin_frame: int  # the fork point (absolute latent frame)
     blocks: list[torch.Tensor] = field(default_factory=list)  # the fork's clean latents (1, n, C, H, W) per block
-    encoder: Any = None  # Krea's keep_first_frame=False: this fork's pixel window (a PixelWindowEncoder fork)
+
+    @property
+    def state(self) -> StreamState:
+        return self.stream.state
+
+    @property
+    def encoder(self) -> Any:
+        """This fork's pixel window (Krea's keep_first_frame=False), else None."""
+        return self.stream.pixel_window
 
     def actions(self, block_frames: int) -> torch.Tensor | None:
         a, start = self.future.actions, self.state.next_frame
@@ -109,23 +104,6 @@ class Fork:
     def latents(self) -> torch.Tensor:
         """This fork's generated latents (1, F, C, H, W) since the fork point."""
         return torch.cat(self.blocks, dim=1)
-
-
-def check_branchable(pipe: BlockDiffusionPipeline) -> None:
-    """Refuse, in one line naming the reason, a model whose streams cannot be forked yet (before anything is forked)."""
-    if getattr(pipe.model.config, "action_config", None) is not None:
-        raise ConfigError(
-            "a Matrix-Game world cannot branch yet: its keyboard/mouse action caches are not pages of the arena (no "
-            "copy-on-write) and each future needs its own action track; save the world and resume it once per future"
-        )
-
-
-def _prompt_kv(pipe: BlockDiffusionPipeline, parent_text, context: torch.Tensor):
-    """A fork's prompt K/V; a Wan 2.1 I2V stream's start-image K/V are kept beside the new prompt's."""
-    ctx = to_device_async(context, pipe.device)
-    if getattr(parent_text, "image_keys", None) is not None:
-        return pipe.model.prepare_context(ctx, keep_image_of=parent_text)
-    return pipe.model.prepare_context(ctx)
 
 
 def plan_futures(
@@ -154,11 +132,14 @@ def plan_futures(
 
 
 class Branches:
-    """N forks of one stream state, stepped as one batch; see the module docstring.
+    """N forks of one stream state, stepped as one batch by the engine (`Engine.fork`, `Engine.step_many`); see
+    the module docstring.
 
     With `budget_bytes`, the memory planner admits the N futures first (`plan_futures`: the shared past once
     + N × their new pages and working sets) and refuses, naming the largest N that fits, before anything is
     forked or allocated; the arena is then grown once to the planned pages, so no future grows it mid-run.
+    `engine`: the engine of `pipe` to step them with (default: one over `pipe`, latents only); `decoder`: the
+    parent's stream decoder, forked for each future (its frames in `EngineBlock.frames`).
     """
 
     def __init__(
@@ -170,40 +151,24 @@ class Branches:
         budget_bytes: int | None = None,
         future_blocks: int | None = None,
         decoder_bytes: int = 0,
+        engine: Engine | None = None,
+        decoder: Any = None,
     ):
-        check_branchable(pipe)
-        self.recompute = bool(pipe.sampling.kv_recompute_frames)  # Krea: per-fork caches, run one after another
-        if not self.recompute and not isinstance(parent.cache, StreamKVCache):
-            raise ConfigError(
-                f"branching needs a stream whose pages live in a page arena, not a {type(parent.cache).__name__}; "
-                "start it with inferix_core.clients.branching.start_stream"
-            )
+        check_forkable(pipe, parent)
         if not futures:
             raise ConfigError("branching needs at least one Future")
+        self.recompute = bool(pipe.sampling.kv_recompute_frames)  # Krea: per-fork caches, run one after another
         self.pipe, self.parent = pipe, parent
+        self.engine = engine if engine is not None else Engine(pipeline=pipe)
         self.plan: ForkPlan | None = None
         if budget_bytes is not None and not self.recompute:
             self.plan = plan_futures(pipe, parent, len(futures), future_blocks, budget_bytes=budget_bytes,
                                      decoder_bytes=decoder_bytes).check()  # fmt: skip
             parent.cache.arena.grow(self.plan.num_pages)
-        self.forks: list[Fork] = []
-        if parent.clean_prefix is not None:
-            raise ConfigError("this stream holds clean first latents for its next block; branch after that block")
         for i, fut in enumerate(futures):
-            text = parent.text if fut.context is None else _prompt_kv(pipe, parent.text, fut.context)
-            noise = clone_noise(parent.noise) if fut.seed is None else SeededNoise(fut.seed)
-            # Krea: the cache is rebuilt from the context latents every block, so a fork needs only a fresh one
-            cache = create_kv_cache(pipe.cache_config, parent.cache.spec) if self.recompute else parent.cache.fork()
-            state = StreamState(
-                cache, text, noise, parent.latent_height, parent.latent_width, 1, parent.next_frame, parent.next_block
-            )
-            state.first_latent, state.recent_latents = (
-                parent.first_latent,
-                parent.recent_latents,
-            )  # never written in place
-            encoder = None if pipe.first_frame_encoder is None else pipe.first_frame_encoder.fork()
             fut.name = fut.name or f"future {i}"
-            self.forks.append(Fork(fut, state, parent.next_frame, encoder=encoder))
+        streams = self.engine.fork(Stream(parent, decoder), futures)
+        self.forks = [Fork(fut, st, parent.next_frame) for fut, st in zip(futures, streams, strict=True)]
         shared = "none (KV recompute)" if self.recompute else len(parent.cache.table)
         log.info("branched %d futures at frame %d: pages shared %s", len(futures), parent.next_frame, shared)
 
@@ -215,17 +180,16 @@ class Branches:
     def states(self) -> list[StreamState]:
         return [f.state for f in self.forks]
 
-    def step(self) -> list[BlockOutput]:
-        """The next block of every live fork, as one batch per transformer call."""
+    def step(self) -> list[EngineBlock]:
+        """The next block of every live fork, as one batch per transformer call (Krea: one after another)."""
         if not self.forks:
             raise ConfigError("no forks left to step (all were dropped)")
         n = self.pipe.sampling.block_frames
-        # batched, or (Krea) each fork's own cache rebuild and pixel window, one fork after another
-        encoders = [f.encoder for f in self.forks] if self.recompute else None
-        outs = denoise_many(self.pipe, self.states, [f.actions(n) for f in self.forks], encoders=encoders)
-        for fork, out in zip(self.forks, outs, strict=True):
-            fork.blocks.append(out.latents)
-        return outs
+        blocks = [BlockInput(action=f.actions(n)) for f in self.forks]
+        made = self.engine.step_many([f.stream for f in self.forks], blocks)
+        for fork, block in zip(self.forks, made, strict=True):
+            fork.blocks.append(block.latents)
+        return made
 
     def run(self, num_blocks: int) -> list[torch.Tensor]:
         """Step `num_blocks` blocks; each fork's latents since the fork point (1, F, C, H, W)."""
@@ -245,7 +209,7 @@ class Branches:
             )
         for fork in self.forks:
             if fork not in kept:
-                release_stream(fork.state)
+                self.engine.release(fork.stream)
         self.forks = kept
         if kept and kept[0].encoder is not None:  # the kept fork goes on through pipe.denoise_block: its window
             self.pipe.first_frame_encoder = kept[0].encoder
@@ -266,12 +230,6 @@ class Branches:
             "own_pages": [len(f.state.cache.own_pages()) for f in self.forks],
             **arena,
         }
-
-
-def pixels_to_frames(pixels: torch.Tensor) -> np.ndarray:
-    """(1, 3, T, H, W) in [-1, 1] → (T, H, W, 3) uint8, the sinks' layout."""
-    x = ((pixels[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return x.permute(1, 2, 3, 0).contiguous().cpu().numpy()
 
 
 @dataclass
@@ -356,26 +314,27 @@ def branch_video(
             future_frames=future_blocks * n, dtype=world_model.dtype, block_frames=n, budget_bytes=budget_bytes,
         ).check()  # fmt: skip
     reencodes = bool(sampling.kv_recompute_frames) and not sampling.keep_first_frame
-    pipe = Engine(world_model, sampling, cache, decode=False).pipeline  # with Krea's pixel window when it re-encodes
+    engine = Engine(world_model, sampling, cache, decode=False)  # with Krea's pixel window when it re-encodes
+    pipe = engine.pipeline
     image = (
         StartImageInputs(world_model, start_image, width, height, clip_vision) if role == "prompt_and_image" else None
     )
     per_block = None if image is None else image.for_block  # Wan 2.1 I2V: cond_concat of each block's frames
     context = encode_prompt(world_model, prompt)
-    if sampling.kv_recompute_frames:  # the cache is rebuilt every block: a plain stream, no arena
-        parent = pipe.start_stream(context, lat_h, lat_w, seed=seed)
-    else:
+    arena = None  # Krea: the cache is rebuilt every block, a plain stream
+    if not sampling.kv_recompute_frames:
         alone = planned_pages(cache, dataclasses.replace(stream_spec(pipe, lat_h, lat_w), max_frames=past_blocks * n))
         arena = new_arena(pipe, lat_h, lat_w, num_pages=max(plan.num_pages, alone))
-        parent = start_stream(pipe, context, lat_h, lat_w, seed=seed, arena=arena,
-                              image_context=None if image is None else image.visual_context)  # fmt: skip
+    stream = engine.open(context, lat_h, lat_w, seed=seed, arena=arena, keep_history=False,
+                         image_context=None if image is None else image.visual_context)  # fmt: skip
     past = torch.cat(
-        [pipe.denoise_block(parent, None if per_block is None else per_block(b * n, n)).latents
+        [engine.step(stream, BlockInput(action=None if per_block is None else per_block(b * n, n))).latents
          for b in range(past_blocks)], dim=1,
     )  # fmt: skip
+    parent = stream.state
     contexts = [None if f is None else encode_prompt(world_model, f) for f in futures]
     branches = Branches(pipe, parent, [Future(context=c, seed=s, actions=per_block)
-                                       for c, s in zip(contexts, seeds, strict=True)])  # fmt: skip
+                                       for c, s in zip(contexts, seeds, strict=True)], engine=engine)  # fmt: skip
     latents = branches.run(future_blocks)
     stats = branches.stats()
     branches.keep()
@@ -385,30 +344,12 @@ def branch_video(
         if world_model.vae is None:
             raise ConfigError("decode=True needs a VAE: pick a VAE file in Load World Model, or set decode=False")
         decoder = world_model.vae.stream_decoder(**({"krea_decoder": True} if reencodes else {}))  # as the loop decodes
-        past_frames = pixels_to_frames(decoder.decode(past.permute(0, 2, 1, 3, 4)))
+        past_frames = pixels_to_uint8(decoder.decode(past.permute(0, 2, 1, 3, 4)))
         future_frames = []
         for lat in latents:
             d = fork_decoder(decoder)  # the same VAE, the past's causal caches forked
-            future_frames.append(pixels_to_frames(d.decode(lat.permute(0, 2, 1, 3, 4))))
+            future_frames.append(pixels_to_uint8(d.decode(lat.permute(0, 2, 1, 3, 4))))
     return BranchedVideo(past, latents, past_frames, future_frames, world_model.fps, stats)
-
-
-class WindowPixels:
-    """A stream decoder that hands on the pixels a pixel window (`vae.PixelWindowEncoder`) decoded in the loop:
-    a Krea fork's frames, decoded once (as `api.EncoderPixels` for a stream)."""
-
-    def __init__(self, encoder) -> None:
-        self.encoder = encoder
-
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        return self.encoder.last_pixels
-
-
-def fork_decoder(decoder):
-    """A streaming decoder that continues from `decoder`'s causal caches without touching them."""
-    other = copy.copy(decoder)  # the same VAE and options
-    other.state = decoder.state.fork()
-    return other
 
 
 class LiveBranch:
@@ -418,34 +359,25 @@ class LiveBranch:
     def __init__(self, pipe: BlockDiffusionPipeline, state: StreamState, futures: list[Future], decoder=None):
         self.pipe = pipe
         check_branchable(pipe)
-        recompute = bool(pipe.sampling.kv_recompute_frames)  # Krea: nothing to share, no arena (Branches)
-        self.parent = state if recompute else adopt_stream(pipe, state)  # a plain cache is copied into an arena once
+        self.engine = Engine(pipeline=pipe)  # latents only: each future decodes with a fork of `decoder`
+        self.parent = self.engine.adopt(Stream(state, decoder)).state  # a plain cache is copied into an arena once
         self._adopted = self.parent is not state  # then the caller's state still holds its own cache
-        self.branches = Branches(pipe, self.parent, futures)
-        in_loop = decoder is not None and getattr(decoder, "encoder", None) is pipe.first_frame_encoder is not None
-        if decoder is None:
-            self.decoders = None
-        elif in_loop:  # Krea's keep_first_frame=False shows the pixels its loop decoded: each fork's own window's
-            self.decoders = [WindowPixels(f.encoder) for f in self.branches.forks]
-        else:
-            self.decoders = [fork_decoder(decoder) for _ in futures]
+        self.branches = Branches(pipe, self.parent, futures, engine=self.engine, decoder=decoder)
+        self.decodes = decoder is not None
         self.frames: list[list[tuple[int, np.ndarray]]] = [[] for _ in futures]  # (block index, frames) per fork
 
     @property
     def num_futures(self) -> int:
         return len(self.branches.forks)
 
-    def step(self) -> tuple[list[BlockOutput], list[np.ndarray] | None]:
+    def step(self) -> tuple[list[EngineBlock], list[np.ndarray] | None]:
         """One block of every future; their decoded frames (None without a decoder)."""
-        outs = self.branches.step()
-        if self.decoders is None:
-            return outs, None
-        frames = []
-        for i, (out, dec) in enumerate(zip(outs, self.decoders, strict=True)):
-            f = pixels_to_frames(dec.decode(out.latents.permute(0, 2, 1, 3, 4)))
-            self.frames[i].append((out.index, f))
-            frames.append(f)
-        return outs, frames
+        made = self.branches.step()
+        if not self.decodes:
+            return made, None
+        for kept, block in zip(self.frames, made, strict=True):
+            kept.append((block.index, block.frames))
+        return made, [block.frames for block in made]
 
     def pick(self, index: int):
         """Keep future `index`: (its StreamState, its decoder or None, its Fork with the blocks it generated,
@@ -455,8 +387,7 @@ class LiveBranch:
         fork = self.branches.forks[index]
         (state,) = self.branches.keep(index)
         release_stream(self.parent)
-        decoder = None if self.decoders is None else self.decoders[index]
-        return state, decoder, fork, self.frames[index]
+        return state, fork.stream.decoder, fork, self.frames[index]
 
     def drop(self) -> None:
         """Keep none of the futures (the parent stream goes on with the state it had)."""

@@ -3,11 +3,11 @@
 Streams differ in prompt, actions, seed and position (one admitted later starts at frame 0 while the
 others go on). `MultiStreamEngine.admit` asks the memory planner whether one more stream fits the
 budget (the batch's KV cache, activations and decoders) and refuses it with the planner's reason when
-it does not. `step()` runs one block of every live stream as one batch (`pipeline.batched`), decodes
-each stream's block with its own streaming decoder, and offers the frames to the stream's `Outlet`: a
-bounded queue drained by a thread of its own into the sink. A slow consumer therefore never stalls
-the others: when its queue is full the block is dropped (policy "drop", counted and logged) or the
-stream is stopped and its pages freed (policy "stop", logged); a sink that raises stops its stream.
+it does not. `step()` is the engine's `step_many`: one block of every live stream as one batch, each
+decoded with its own streaming decoder into its `Outlet`, a bounded queue drained by a thread of its
+own into the sink. A slow consumer therefore never stalls the others: when its queue is full the block
+is dropped (policy "drop", counted and logged) or the outlet raises `StreamStopped` and the stream is
+stopped, its pages freed (policy "stop", logged); a sink that raises stops its stream.
 
     engine = MultiStreamEngine(pipe, 60, 104, budget_bytes=80 * 2**30, decoder_factory=vae.stream_decoder)
     a = engine.admit(StreamRequest(prompt_a, seed=1), Mp4Sink("out", "a", fps=16))
@@ -31,14 +31,14 @@ import numpy as np
 import torch
 
 from ..cache.planner import MemoryPlan, available_memory_bytes, plan_for
-from ..errors import CacheBudgetError, ConfigError, ShapeMismatchError
+from ..engine import BlockInput, Engine, EngineBlock
+from ..engine import Stream as EngineStream
+from ..errors import CacheBudgetError, ConfigError, ShapeMismatchError, StreamStopped
 from ..memory import PlanInput
-from ..pipeline import BlockDiffusionPipeline, BlockOutput
-from ..pipeline.batched import denoise_streams
+from ..pipeline import BlockDiffusionPipeline
 from ..pipeline.block_diffusion import StreamState
-from ..pipeline.streams import new_arena, start_stream
+from ..pipeline.streams import new_arena
 from ..sinks.base import FrameSink
-from .branching import pixels_to_frames
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,11 @@ class Outlet:
                         self.name, self.queue.maxsize, block_index, self.dropped)  # fmt: skip
             return True
 
+    def write(self, frames: np.ndarray, block_index: int) -> None:
+        """The engine's sink call: queue the block, or raise `StreamStopped` when the stream must stop."""
+        if not self.offer(frames, block_index):
+            raise StreamStopped(f"consumer: {self.error}" if self.failed else "consumer too slow")
+
     def _drain(self) -> None:
         while True:
             item = self.queue.get()
@@ -134,14 +139,23 @@ class StreamRequest:
 
 @dataclass(eq=False)
 class Stream:
+    """One admitted session: its request, the engine's stream of it (sinks: its outlet) and what it did."""
+
     id: int
     request: StreamRequest
-    state: StreamState
+    stream: EngineStream
     outlet: Outlet
-    decoder: Any = None
     blocks_done: int = 0
     stopped: str = ""  # why it stopped ("" while live)
     latents: list[torch.Tensor] = field(default_factory=list)  # kept only with keep_latents
+
+    @property
+    def state(self) -> StreamState:
+        return self.stream.state
+
+    @property
+    def decoder(self) -> Any:
+        return self.stream.decoder
 
     def actions(self, block_frames: int) -> torch.Tensor | None:
         a, start = self.request.actions, self.state.next_frame
@@ -184,6 +198,7 @@ class MultiStreamEngine:
         if policy not in POLICIES:
             raise ConfigError(f"slow-consumer policy must be one of {POLICIES}, got '{policy}'")
         self.pipe = pipe
+        self.engine = Engine(pipeline=pipe, decoder_factory=decoder_factory)
         self.latent_height, self.latent_width = latent_height, latent_width
         self.arena = new_arena(pipe, latent_height, latent_width)
         if budget_bytes is None and pipe.device.type == "cuda":
@@ -264,19 +279,18 @@ class MultiStreamEngine:
 
     def _start(self, request: StreamRequest, sink: FrameSink, plan: MemoryPlan) -> int:
         name, n = request.name, len(self.active) + 1
-        state = start_stream(self.pipe, request.context, self.latent_height, self.latent_width,
-                             seed=request.seed, arena=self.arena)  # fmt: skip
+        outlet = Outlet(name, sink, self.max_queue_blocks, self.policy)
+        stream = self.engine.open(request.context, self.latent_height, self.latent_width, seed=request.seed,
+                                  sinks=[outlet], keep_history=False, arena=self.arena)  # fmt: skip
         sid = self._next_id
         self._next_id += 1
-        decoder = self.decoder_factory() if self.decoder_factory is not None else None
-        outlet = Outlet(name, sink, self.max_queue_blocks, self.policy)
-        self.streams[sid] = Stream(sid, request, state, outlet, decoder)
+        self.streams[sid] = Stream(sid, request, stream, outlet)
         log.info("stream '%s' admitted (%d live; planned %.2f GiB)", name, n, plan.total_bytes / 2**30)
         return sid
 
     def set_prompt(self, sid: int, context: torch.Tensor) -> None:
         """A hard prompt switch of one stream from its next block on (its cached K/V are kept)."""
-        self.pipe.set_prompt(self._live(sid).state, context)
+        self.engine.switch_prompt(self._live(sid).stream, context)
 
     def set_actions(self, sid: int, actions) -> None:
         self._live(sid).request.actions = actions
@@ -295,28 +309,25 @@ class MultiStreamEngine:
         if s.stopped:
             return
         s.stopped = reason
-        s.state.cache.release()
+        self.engine.release(s.stream)
         log.info("stream '%s' stopped: %s", s.request.name, reason)
 
-    def step(self) -> dict[int, BlockOutput]:
-        """One block of every live stream, batched; each decoded block offered to its outlet."""
+    def step(self) -> dict[int, EngineBlock]:
+        """One block of every live stream, batched (`Engine.step_many`); each decoded block offered to its outlet."""
         live = self.active
         if not live:
             return {}
         n = self.pipe.sampling.block_frames
-        outs = denoise_streams(self.pipe, [s.state for s in live], [s.actions(n) for s in live])
+        made = self.engine.step_many([s.stream for s in live], [BlockInput(action=s.actions(n)) for s in live])
         result = {}
-        for s, out in zip(live, outs, strict=True):
-            result[s.id] = out
+        for s, block in zip(live, made, strict=True):
+            result[s.id] = block
             s.blocks_done += 1
             if self.keep_latents:
-                s.latents.append(out.latents)
-            if s.decoder is not None:
-                frames = pixels_to_frames(s.decoder.decode(out.latents.permute(0, 2, 1, 3, 4)))
-                if not s.outlet.offer(frames, out.index):
-                    self.stop(s.id, f"consumer: {s.outlet.error}" if s.outlet.failed else "consumer too slow")
-                    continue
-            if s.outlet.failed:
+                s.latents.append(block.latents)
+            if s.stream.stopped:  # its outlet refused the block (StreamStopped)
+                self.stop(s.id, s.stream.stopped)
+            elif s.outlet.failed:
                 self.stop(s.id, f"consumer: {s.outlet.error}")
             elif s.request.num_blocks is not None and s.blocks_done >= s.request.num_blocks:
                 self.stop(s.id, "done")

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..engine.forks import check_branchable
 from ..errors import ConfigError
-from .branching import Future, LiveBranch, check_branchable
+from .branching import Future, LiveBranch
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,10 @@ choice and profiler. `open` / `resume` give a `Stream`: the pipeline's state (KV
 position), its streaming decoder, its sinks and the resident blocks a re-cache or a saved world needs.
 `step` is the one per-block body (pipeline/loop.py `advance`: prompt switch, denoise, history; then decode,
 sinks, profiler, hooks); `run` steps a finite request and returns a `VideoResult`; `switch_prompt`,
-`capture` and `close` are what an open-ended stream needs between blocks. `generate_video` (api.py) and
-`InteractiveSession` (clients/session.py) are thin clients of it.
+`capture` and `close` are what an open-ended stream needs between blocks. `fork` gives N futures of a stream
+(pages shared copy-on-write, engine/forks.py) and `step_many` steps several streams as one batch per model call
+(`pipeline.batched.denoise_many`), each decoded to its own sinks. `generate_video` (api.py), `InteractiveSession`,
+`Branches` / `LiveBranch` and `MultiStreamEngine` (clients/) are thin clients of it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +24,12 @@ import numpy as np
 import torch
 
 from ..cache import KVCacheConfig, MemoryPlan
-from ..errors import GenerationInterruptedError
+from ..cache.shared import PageArena, StreamKVCache
+from ..errors import ConfigError, GenerationInterruptedError, StreamStopped
 from ..models.registry import WorldModel
 from ..pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, SamplingConfig, SeededNoise
+from ..pipeline.batched import denoise_many
+from ..pipeline.frames import keep_resident
 from ..pipeline.loop import (
     BlockInput,
     History,
@@ -35,8 +40,10 @@ from ..pipeline.loop import (
     recache_resident,
     switch_prompt,
 )
+from ..pipeline.streams import adopt_stream, release_stream, start_stream
 from ..profiling import NullProfiler, Profiler
 from ..vae.pixel_window import PixelWindowEncoder
+from .forks import Future, WindowPixels, check_forkable, decodes_in_loop, fork_decoder, fork_state
 from .run_output import (
     GenerationHooks,
     ProfiledHooks,
@@ -86,6 +93,9 @@ class Stream:
     history: History | None = None  # resident (start, clean latents, action) blocks; None: not kept
     t_open: float = field(default_factory=time.perf_counter)
     first_frame_at: float | None = None  # perf_counter() of the first decoded frame
+    inputs: RequestInputs | None = None  # a finite request's per-block inputs (open_request); None: given per step
+    pixel_window: Any = None  # a Krea fork's own pixel window (keep_first_frame=False); None: the engine's
+    stopped: str = ""  # why a sink stopped it (`StreamStopped` in step_many); "" while it goes on
 
     @property
     def next_block(self) -> int:
@@ -113,25 +123,47 @@ class Engine:
         decoder: "vae", or "preview" for the model's preview decoder (`run_output.choose_decoder`).
         decode: decode each block to pixels for the sinks (needs a VAE); False keeps latents only.
         profiler: gets block starts, stages (text encode is the client's), block ends with the cache's numbers.
+        pipeline: a pipeline built by hand (tests, benchmarks, many-stream servers) instead of the model's; with
+            no `world_model` the engine steps, forks and batches streams but plans, saves and runs no request.
+        decoder_factory: makes each stream's decoder (`decode(latents (B, C, f, h, w)) -> pixels`) instead of
+            the model's VAE; with a bare `pipeline`, None keeps latents only.
     """
 
     def __init__(
         self,
-        world_model: WorldModel,
+        world_model: WorldModel | None = None,
         sampling: SamplingConfig | None = None,
         cache: KVCacheConfig | None = None,
         *,
         decoder: str = "vae",
         decode: bool = True,
         profiler: NullProfiler | None = None,
+        pipeline: BlockDiffusionPipeline | None = None,
+        decoder_factory: Callable[[], Any] | None = None,
     ):
+        if world_model is None and pipeline is None:
+            raise ConfigError("an Engine needs a world model or a pipeline")
         self.world_model = world_model
+        self.profiler = profiler if profiler is not None else NullProfiler()
+        self.decoder_factory = decoder_factory
+        if pipeline is not None:
+            self.pipeline, self.sampling, self.cache_config = pipeline, pipeline.sampling, pipeline.cache_config
+            self.first_frame_encoder = pipeline.first_frame_encoder
+            self.decoder_kind = "custom" if decoder_factory is not None else decoder
+            self.decode = decode and (decoder_factory is not None or world_model is not None)
+            return
         self.sampling = sampling or world_model.sampling
         self.cache_config = cache or world_model.default_cache
         self.decoder_kind, self.decode = decoder, decode
-        self.profiler = profiler if profiler is not None else NullProfiler()
         self.first_frame_encoder = first_frame_encoder_for(world_model, self.sampling)  # Krea's keep_first_frame=False
         self.pipeline = run_pipeline(world_model, self.sampling, self.cache_config, self.first_frame_encoder)
+
+    def model(self) -> WorldModel:
+        """The world model; an engine over a bare pipeline has none (plans, saved worlds, finite runs need one)."""
+        if self.world_model is None:
+            raise ConfigError("this engine runs a bare pipeline: planning, saving a world or a finite run needs "
+                              "Engine(world_model)")  # fmt: skip
+        return self.world_model
 
     def plan(
         self,
@@ -146,19 +178,21 @@ class Engine:
         """This engine's memory plan for a run of this shape (`run_plan.plan_run` with its sampling and cache
         settings): one `memory.PlanInput`, composed. Allocates nothing; `run_plan.check_plan` refuses it."""
         return plan_run(
-            self.world_model, self.cache_config, width, height, num_blocks, self.sampling, num_initial_frames,
+            self.model(), self.cache_config, width, height, num_blocks, self.sampling, num_initial_frames,
             available_bytes, streams=streams,
         )  # fmt: skip
 
     # -- streams -----------------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         """The model's identity a saved world is checked against (`world_state.model_identity`)."""
-        return model_identity(self.world_model.transformer, self.world_model.family)
+        return model_identity(self.model().transformer, self.model().family)
 
     def new_decoder(self, *, continues: bool = False):
         """A fresh streaming decoder (None with decode=False); `continues`: the stream continues given frames."""
         if not self.decode:
             return None
+        if self.decoder_factory is not None:
+            return self.decoder_factory()
         return run_stream_decoder(self.world_model, self.decoder_kind, self.first_frame_encoder, continues=continues)
 
     def open(
@@ -173,10 +207,17 @@ class Engine:
         clean_prefix: torch.Tensor | None = None,
         sinks: Iterable[Any] = (),
         keep_history: bool = True,
+        arena: PageArena | None = None,
     ) -> Stream:
-        """An open-ended stream: a fresh cache, the prompt's K/V, per-block noise from `seed` (or `noise`)."""
-        state = self.pipeline.start_stream(context, latent_height, latent_width, noise=noise or SeededNoise(seed),
-                                           image_context=image_context)  # fmt: skip
+        """An open-ended stream: a fresh cache (or pages in `arena`: forkable and batchable), the prompt's K/V,
+        per-block noise from `seed` (or `noise`)."""
+        noise = noise or SeededNoise(seed)
+        if arena is not None:
+            state = start_stream(self.pipeline, context, latent_height, latent_width, arena=arena, noise=noise,
+                                 image_context=image_context)  # fmt: skip
+        else:
+            state = self.pipeline.start_stream(context, latent_height, latent_width, noise=noise,
+                                               image_context=image_context)  # fmt: skip
         state.clean_prefix = clean_prefix
         return Stream(state, self.new_decoder(), list(sinks), [] if keep_history else None)
 
@@ -186,10 +227,11 @@ class Engine:
         `decoder`: the stream decoder to use (a resumed world's, with its causal cache); default a fresh one."""
         t_open = time.perf_counter()  # a run's time counts its cache and prompt set-up
         state = open_request(self.pipeline, request)
-        history = list(request.resume_history) if RequestInputs(self.pipeline, request).keeps_history else None
+        inputs = RequestInputs(self.pipeline, request)
+        history = list(request.resume_history) if inputs.keeps_history else None
         if decoder is None:
             decoder = self.new_decoder(continues=request.initial_latents is not None)
-        return Stream(state, decoder, list(sinks), history, t_open=t_open)
+        return Stream(state, decoder, list(sinks), history, t_open=t_open, inputs=inputs)
 
     def resume(self, world: WorldState, *, keep_history: bool = True) -> tuple[Any, Any, History]:
         """A saved world's (state, decoder, history): the decoder continues its saved cache when the world has one
@@ -220,12 +262,15 @@ class Engine:
         return self.emit(stream, out, hooks, commit=commit)
 
     @torch.no_grad()
-    def emit(self, stream: Stream, out: BlockOutput, hooks: GenerationHooks | None, *, commit: bool) -> EngineBlock:
-        """A made block to the decoder and sinks, then the profiler and hooks."""
+    def emit(
+        self, stream: Stream, out: BlockOutput, hooks: GenerationHooks | None, *, commit: bool, split_first=True
+    ) -> EngineBlock:
+        """A made block to the decoder and sinks, then the profiler and hooks. `split_first`: a stream's first
+        frame goes to the sinks alone (`decode_to_sinks`'s first_frame_alone); batched streams write whole blocks."""
         frames, decode_s = None, 0.0
         if stream.decoder is not None:
             frames, decode_s, ready_at = decode_to_sinks(
-                stream.decoder, out.latents, out.index, stream.sinks, self.profiler, first_frame_alone=True
+                stream.decoder, out.latents, out.index, stream.sinks, self.profiler, first_frame_alone=split_first
             )  # split only while a chunk-exact decoder starts its stream (run_output.starts_its_stream)
             if stream.first_frame_at is None and len(frames):
                 stream.first_frame_at = ready_at
@@ -258,6 +303,74 @@ class Engine:
         """Run the last block's pending context pass (its K/V written), if any."""
         self.pipeline.settle(stream.state)
 
+    # -- many streams ------------------------------------------------------------------------------------
+    def adopt(self, stream: Stream, arena: PageArena | None = None) -> Stream:
+        """The stream with its KV pages in a page arena (copied once from a plain cache; a stream already in one,
+        or one whose cache Krea's recompute rebuilds every block, as it is), so it can fork and batch."""
+        self.settle(stream)
+        if self.sampling.kv_recompute_frames or isinstance(stream.state.cache, StreamKVCache):
+            return stream
+        state = adopt_stream(self.pipeline, stream.state, arena)
+        return Stream(state, stream.decoder, stream.sinks, stream.history, pixel_window=stream.pixel_window)
+
+    def fork(self, stream: Stream, futures: Sequence[Future]) -> list[Stream]:
+        """N futures of `stream` from its block boundary on (engine/forks.py), each a stream with the parent's
+        pages mapped copy-on-write (the parent must live in an arena: `adopt`), or, with Krea's recompute, a
+        fresh cache and a fork of the pixel window; each decodes with a fork of the parent's decoder."""
+        check_forkable(self.pipeline, stream.state)
+        if not futures:
+            raise ConfigError("branching needs at least one Future")
+        parent = stream.state
+        self.settle(stream)
+        in_loop = decodes_in_loop(stream.decoder, self.pipeline)
+        forks = []
+        for future in futures:
+            own = self.pipeline.first_frame_encoder  # the window in force (a kept fork's, after a branch)
+            window = None if own is None else own.fork()
+            if stream.decoder is None:
+                decoder = None
+            else:  # Krea's keep_first_frame=False shows the pixels its own window decoded in the loop
+                decoder = WindowPixels(window) if in_loop else fork_decoder(stream.decoder)
+            forks.append(Stream(fork_state(self.pipeline, parent, future), decoder, pixel_window=window))
+        return forks
+
+    @torch.no_grad()
+    def step_many(
+        self,
+        streams: Sequence[Stream],
+        blocks: Sequence[BlockInput] | None = None,
+        hooks: GenerationHooks | None = None,
+    ) -> list[EngineBlock]:
+        """The next block of every stream as one batch per model call (`denoise_many`; Krea's recompute one
+        stream after another, each with its own pixel window), then each decoded to its own sinks, whole. A
+        sink that raises `StreamStopped` stops its stream alone (`Stream.stopped` says why)."""
+        blocks = list(blocks) if blocks is not None else [BlockInput()] * len(streams)
+        if len(blocks) != len(streams):
+            raise ConfigError(f"{len(blocks)} block inputs for {len(streams)} streams")
+        for stream, block in zip(streams, blocks, strict=True):
+            if block.recache != "none" or block.new_shot:
+                raise ConfigError("a re-cache or a new shot runs on one stream at a time (Engine.step)")
+            self.settle(stream)
+            if block.context is not None:
+                self.pipeline.set_prompt(stream.state, block.context)
+        windows = [s.pixel_window for s in streams] if self.sampling.kv_recompute_frames else None
+        outs = denoise_many(self.pipeline, [s.state for s in streams], [b.action for b in blocks], None, windows)
+        made = []
+        for stream, block, out in zip(streams, blocks, outs, strict=True):
+            if stream.history is not None:
+                stream.history = keep_resident([*stream.history, (out.start_frame, out.latents, block.action)],
+                                               stream.state.cache)  # fmt: skip
+            try:
+                made.append(self.emit(stream, out, hooks, commit=True, split_first=False))
+            except StreamStopped as exc:
+                stream.stopped = str(exc) or "stopped by its sink"
+                made.append(EngineBlock(out.index, out.start_frame, out.latents, None, out.seconds, 0.0))
+        return made
+
+    def release(self, stream: Stream) -> None:
+        """Give a stream's arena pages back (a fork not kept, a stopped stream); its sinks stay open."""
+        release_stream(stream.state)
+
     # -- a finite run ------------------------------------------------------------------------------------
     @torch.no_grad()
     def run(self, stream: Stream, request: GenerationRequest, hooks: GenerationHooks | None = None) -> VideoResult:
@@ -265,7 +378,9 @@ class Engine:
         is clean; the last block's context pass only with `request.final_context_pass`. The sinks are closed at
         the end, also on an interrupt or error."""
         hooks = hooks or GenerationHooks()
-        inputs = RequestInputs(self.pipeline, request)
+        if stream.inputs is None or stream.inputs.request is not request:
+            raise ConfigError("Engine.run takes the stream Engine.open_request opened for the same request")
+        inputs = stream.inputs
         hooks.on_start(request.num_blocks)
         latents, frames, block_seconds = [], [], []
 
@@ -292,7 +407,7 @@ class Engine:
         return VideoResult(
             latents=torch.cat(latents, dim=1),
             frames=np.concatenate(frames) if frames else None,
-            fps=self.world_model.fps,
+            fps=self.model().fps,
             seconds=time.perf_counter() - stream.t_open,
             block_seconds=block_seconds,
             first_frame_seconds=None if stream.first_frame_at is None else stream.first_frame_at - stream.t_open,

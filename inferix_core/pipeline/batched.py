@@ -109,7 +109,7 @@ def denoise_many(
     """Every stream's next block, whatever the model: one batch per transformer call (`denoise_streams`), or,
     where each stream rebuilds its own cache every block (Krea's KV recompute), one stream after another through
     `denoise_block`, each with its own pixel window (`encoders[i]`, keep_first_frame=False). The one many-stream
-    body of the engine: `Engine.step_many`, `branching.Branches` and `multi_stream.MultiStreamEngine` call it."""
+    body of the engine: `Engine.step_many` calls it (`Branches`, `LiveBranch` and `MultiStreamEngine` step through it)."""
     actions = list(actions) if actions is not None else [None] * len(states)
     if not pipe.sampling.kv_recompute_frames:
         return denoise_streams(pipe, states, actions, hooks)
