@@ -167,7 +167,8 @@ class MemoryPlan:
 
 
 def memory_plan(composed, run) -> MemoryPlan:
-    """The run's MemoryPlan (its report: rows, message, the cache that fits) from the composed one."""
+    """The run's MemoryPlan (its report: rows, message, the cache that fits) from the composed one; `run`: the
+    rows composed and what they were stated from (planner.py `RunParts`)."""
     cfg, spec, cache_config, vae = run.model_config, run.spec, run.cache_config, run.vae
     given = composed.given
     transformer, decoder = composed.cost(run.transformer.name), composed.cost(DECODER)

@@ -63,6 +63,7 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "HostMemory",
     "MemoryPlan",
     "OffloadEstimate",
+    "RunParts",
     "activation_bytes",
     "allocator_headroom_bytes",
     "available_memory_bytes",
@@ -77,6 +78,7 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "plan_memory",
     "plan_resident_blocks",
     "planned_non_torch_bytes",
+    "run_parts",
     "transformer_weight_bytes",
 ]
 
