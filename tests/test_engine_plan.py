@@ -8,9 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from inferix_core.cache import KVCacheConfig
+from inferix_core import memory
+from inferix_core.cache import KVCacheConfig, plan_costs, planner
 from inferix_core.engine import Engine
 from inferix_core.engine.run_plan import plan_run
+from inferix_core.memory import plan as plan_module
+from inferix_core.models.handle import WorldModel
 from tests.test_api import tiny_world
 
 
@@ -46,3 +49,25 @@ def test_streams_batch_the_cache_the_decoder_and_the_frames():
     assert two.vae_kept_bytes - two.vae_weights_bytes == 2 * (one.vae_kept_bytes - one.vae_weights_bytes) > 0
     assert one.host.frame_bytes * one.host.num_frames == 48 * 32 * 3 * 21
     assert two.host.frame_bytes * two.host.num_frames == 2 * 48 * 32 * 3 * 21
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+@pytest.mark.parametrize("cache", [KVCacheConfig(window_frames=4), KVCacheConfig(window_frames=4, gpu_budget_bytes=64)])
+def test_plan_run_composes_once(cache, cuda, monkeypatch):
+    """One `memory.compose` per plan, however the budget is found: the cache's own budget sits beside the rest
+    read off the rows (`RunParts.fixed_bytes`), the free memory of a GPU is asked before the rows are composed.
+    Kills a first plan to learn `plan.fixed_bytes`, or one without the budget composed and thrown away."""
+    wm = tiny_world()
+    if cuda:  # the free-memory budget of a GPU, without one: its device and its free memory stand in
+        monkeypatch.setattr(WorldModel, "device", property(lambda self: torch.device("cuda")))
+        monkeypatch.setattr(plan_costs, "available_memory_bytes", lambda device: (10**9, "free memory of cuda"))
+    calls = []
+    real = plan_module.compose
+    for module in (plan_module, memory, planner):
+        monkeypatch.setattr(module, "compose", lambda *a, **k: calls.append(a) or real(*a, **k))
+    plan = plan_run(wm, cache, 48, 32, 3, available_bytes=10**9)
+    assert len(calls) == 1
+    if cache.gpu_budget_bytes is not None:
+        assert plan.budget_bytes == plan.fixed_bytes + cache.gpu_budget_bytes
+    else:
+        assert plan.budget_bytes == (10**9 if cuda else None)

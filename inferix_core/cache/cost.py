@@ -1,9 +1,8 @@
-"""The KV cache's and the transformer's cost rows for `memory.compose` (the formulas stay in plan_costs.py).
+"""The KV cache's cost row for `memory.compose` (the formulas stay in plan_costs.py).
 
 `KVCost`: the requested cache, then, asked with a budget (the room the others leave it), the alternatives
 exactness first: offload keeps results bitwise, int8 / int4 pages change them a little, a shorter window changes
-what the model sees. `TransformerCost`: the weights on the device per resident block count (block swap), kept;
-one block call's activations, transient. (The transformer's row moves to `models/` with the planner, issue #43.)
+what the model sees. The transformer's row is models/cost.py's.
 """
 
 from __future__ import annotations
@@ -14,11 +13,10 @@ from dataclasses import dataclass
 
 from ..errors import CacheBudgetError
 from ..memory import Cost, PlanInput
-from .plan_costs import activation_bytes, cache_cost, transformer_weight_bytes
+from .plan_costs import cache_cost
 from .spec import KVCacheConfig, KVCacheSpec
 
 KV = "kv cache"
-TRANSFORMER = "transformer"
 
 
 @dataclass(frozen=True)
@@ -71,30 +69,3 @@ def largest_window(config: KVCacheConfig, spec: KVCacheSpec, avail: int) -> int 
         if cache_cost(dataclasses.replace(config, window_frames=w), spec).device_bytes <= avail:
             return w
     return None
-
-
-@dataclass(frozen=True)
-class TransformerCost:
-    """Options: the resident block counts, most first (None: every block, no block swap)."""
-
-    model_config: object
-    spec: KVCacheSpec
-    cache_config: KVCacheConfig
-    elem_bytes: int
-    resident: tuple[int | None, ...] = (None,)
-    fp8_block_weights: bool = False
-    name: str = TRANSFORMER
-
-    def options(self, given: PlanInput) -> Sequence[Cost]:
-        acts = activation_bytes(self.model_config, self.spec, self.cache_config)
-        return [
-            Cost(
-                self.name,
-                transformer_weight_bytes(self.model_config, self.elem_bytes, r, self.fp8_block_weights),
-                acts,
-                option=r,
-                label="every block resident" if r is None else f"{r} blocks resident",
-                exact=False,
-            )
-            for r in self.resident
-        ]

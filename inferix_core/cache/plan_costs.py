@@ -212,6 +212,9 @@ def allocator_headroom_bytes(budget_bytes: int) -> int:
 
 
 NON_TORCH_DEFAULT_BYTES = 768 * 2**20
+"""Device memory outside PyTorch's allocator on a card the user names by its size (`gpu_memory`): the CUDA
+context with the kernels loaded, cuBLAS's and cuDNN's workspaces. The H200 showed 0.73 GiB of it in the
+1.3B + Wan VAE run's out-of-memory report (docs/performance.md); 0.75 GiB is that, rounded up."""
 
 
 def measured_non_torch_bytes(device: torch.device | str) -> int:

@@ -8,24 +8,25 @@ then int4 pages, then a shorter window: exactness first). It allocates nothing. 
 (the formulas the stores allocate with), the Wan VAE's are counted (vae/memory.py), activations are an
 estimate that errs high (docs/memory.md, "How the planner adds up").
 
-The choosing is `memory.compose`'s: the transformer and KV rows (cache/cost.py), the decoder's (vae/cost.py), the
-CUDA context and a resident text encoder as fixed rows; `memory_plan` turns the composed plan into this report.
+The choosing is `memory.compose`'s, in one pass over one `PlanInput` (`RunParts`): the transformer's row (its
+model config states it: `cost_row`, models/cost.py), the KV cache's (cache/cost.py), the decoder's (vae/cost.py),
+the CUDA context and a resident text encoder as fixed rows; `plan_report.memory_plan` turns the composed plan into
+the report, `MemoryPlan`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from ..errors import CacheBudgetError
-from ..memory import Fixed, PlanInput, compose
+from ..memory import CostModel, Fixed, PlanInput, compose, peak_bytes
 from ..text.cost import TEXT, TextEncoderCost
 from ..vae.cost import DecoderCost, estimated_memory, estimated_vae_bytes
-from ..vae.memory import DecodeMemory, DecodeSlicing, VAEMemory
-from .cost import KV, TRANSFORMER, KVCost, TransformerCost
+from ..vae.memory import DecodeSlicing, VAEMemory
+from .cost import KV, KVCost
 from .fork_plan import ForkPlan, fork_pages, plan_forks
 from .plan_costs import (
     ALLOCATOR_HEADROOM_FRACTION,
@@ -48,13 +49,12 @@ from .plan_costs import (
     planned_non_torch_bytes,
     transformer_weight_bytes,
 )
+from .plan_report import CONTEXT, DECODER, MemoryPlan, memory_plan
 from .spec import KVCacheConfig, KVCacheSpec
 
 log = logging.getLogger(__name__)
 
-DECODER, CONTEXT = "decoder", "cuda context"  # the other rows' names (TEXT: text/cost.py)
-
-__all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan_costs and fork_plan
+__all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan_report, plan_costs and fork_plan
     "ALLOCATOR_HEADROOM_FRACTION",
     "NON_TORCH_DEFAULT_BYTES",
     "TRANSFER_SHARE",
@@ -63,6 +63,7 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "HostMemory",
     "MemoryPlan",
     "OffloadEstimate",
+    "RunParts",
     "activation_bytes",
     "allocator_headroom_bytes",
     "available_memory_bytes",
@@ -77,155 +78,9 @@ __all__ = [  # the planning API: MemoryPlan and its parts, re-exported from plan
     "plan_memory",
     "plan_resident_blocks",
     "planned_non_torch_bytes",
+    "run_parts",
     "transformer_weight_bytes",
 ]
-
-
-@dataclass
-class MemoryPlan:
-    """What a run needs on the GPU, and the cache configuration that fits (or why none does).
-
-    Peak = what stays for the whole run (transformer weights, KV cache, the VAE's weights and its decode
-    state) + the larger of one block call's activations and one block decode's transient (they never
-    live at once unless the decode overlaps the next block: `decode_overlaps`, then their sum).
-    """
-
-    budget_bytes: int | None
-    weights_bytes: int
-    activation_bytes: int
-    vae_bytes: int  # the VAE's weights + decode working set (state + transient), as one number
-    requested: KVCacheConfig
-    requested_cache: CacheCost
-    chosen: KVCacheConfig | None
-    chosen_cache: CacheCost | None
-    message: str  # empty when the request fits as is
-    candidates: list[tuple[str, int, bool]] = field(default_factory=list)  # (label, device bytes, fits)
-    offload: OffloadEstimate | None = None  # when the planned cache offloads: its per-call copy arithmetic
-    budget_source: str = "explicit"  # or where a default budget came from ("free memory of cuda:0", ...)
-    host: HostMemory | None = (
-        None  # frames kept in host memory vs the RAM available (set by `run_plan.plan_run` with `host_memory`)
-    )
-    vae_weights_bytes: int = 0
-    decode: DecodeMemory | None = None  # the Wan 2.1 VAE decode as planned: state, transient, the slicing chosen
-    block_frames: int = 3
-    decode_overlaps: bool = False
-    non_torch_bytes: int = 0  # CUDA context + cuBLAS/cuDNN workspaces: on the card, outside PyTorch's allocator
-    device_type: str = "cuda"  # where the run's tensors live ("cpu": the totals are host memory)
-    text_placement: str | None = None  # the text encoder's placement as planned (plan_resident_blocks' text row)
-
-    @property
-    def feasible(self) -> bool:
-        return self.chosen is not None
-
-    @property
-    def vae_kept_bytes(self) -> int:
-        """VAE bytes held for the whole run: its weights and the decode state carried between blocks."""
-        return self.vae_bytes - (self.decode.transient_bytes if self.decode is not None else 0)
-
-    @property
-    def transient_bytes(self) -> int:
-        """The larger of one block call's activations and one block decode's transient (their sum when overlapped)."""
-        decode = self.decode.transient_bytes if self.decode is not None else 0
-        return self.activation_bytes + decode if self.decode_overlaps else max(self.activation_bytes, decode)
-
-    @property
-    def fixed_bytes(self) -> int:
-        """Everything but the KV cache (the non-PyTorch memory included)."""
-        return self.weights_bytes + self.vae_kept_bytes + self.transient_bytes + self.non_torch_bytes
-
-    @property
-    def total_bytes(self) -> int:
-        """What the card must hold: PyTorch's tensors and the non-PyTorch memory."""
-        return self.fixed_bytes + (self.chosen_cache or self.requested_cache).device_bytes
-
-    @property
-    def torch_bytes(self) -> int:
-        """The tensors alone: what `torch.cuda.max_memory_allocated` is compared with."""
-        return self.total_bytes - self.non_torch_bytes
-
-    def check(self) -> KVCacheConfig:
-        """The configuration to run with; raises CacheBudgetError when nothing fits (device or host memory)."""
-        if self.chosen is None:
-            raise CacheBudgetError(self.message)
-        if self.host is not None and not self.host.fits:
-            raise CacheBudgetError(self.host.message)
-        return self.chosen
-
-    def describe(self) -> str:
-        rows = [
-            ("transformer weights", self.weights_bytes),
-            ("activations (one block call, est.)", self.activation_bytes),
-        ]
-        if self.decode is not None and self.decode.transient_bytes:
-            rows += [
-                ("VAE weights + decode state (kept)", self.vae_kept_bytes),
-                ("VAE block decode (transient)", self.decode.transient_bytes),
-            ]
-        else:
-            rows.append(("VAE (streaming decode)", self.vae_bytes))
-        rows.append((f"KV cache as requested ({self.requested_cache.kind})", self.requested_cache.device_bytes))
-        if self.chosen_cache is not None and self.chosen != self.requested:
-            rows.append((f"KV cache as planned ({self.chosen_cache.kind})", self.chosen_cache.device_bytes))
-        if self.non_torch_bytes:
-            rows.append(("CUDA context + library workspaces", self.non_torch_bytes))
-        lines = ["Memory plan"] + [f"  {name:<40} {format_bytes(n):>10}" for name, n in rows]
-        overlap = (
-            "activations + decode (overlapped)" if self.decode_overlaps else "the larger of activations and decode"
-        )
-        where = "total on the GPU" if self.device_type == "cuda" else f"total in {self.device_type.upper()} memory"
-        lines.append(f"  {where:<40} {format_bytes(self.total_bytes):>10}  ({overlap} counted)")
-        budget = format_bytes(self.budget_bytes) if self.budget_bytes else "none"
-        source = f" ({self.budget_source})" if self.budget_bytes and self.budget_source != "explicit" else ""
-        lines.append(f"  {'budget':<40} {budget:>10}{source}")
-        lines.append(f"  cache: {(self.chosen_cache or self.requested_cache).formula}")
-        if self.decode is not None and self.decode.transient_bytes:
-            lines.append(f"  VAE decode: {self.decode.slicing.describe(self.block_frames)}; {self.decode.formula}")
-        host = (self.chosen_cache or self.requested_cache).host_bytes
-        if host:
-            lines.append(f"  pinned host memory for offloaded pages: {format_bytes(host)}")
-        if self.offload is not None:
-            lines.append(f"  {self.offload.describe()}")
-        if self.host is not None:
-            lines.append(f"  {self.host.describe()}")
-        if self.message:
-            lines.append(f"  {self.message}")
-        if self.host is not None and not self.host.fits:
-            lines.append(f"  {self.host.message}")
-        if self.chosen is not None and self.chosen != self.requested:
-            c = self.chosen
-            lines.append(
-                f"  planned: window_frames={c.window_frames}, sink_frames={c.sink_frames}, offload={c.offload!r}, "
-                f"quantization={c.quantization!r}"
-            )
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        def cfg(c: KVCacheConfig | None) -> dict | None:
-            return None if c is None else dataclasses.asdict(c)
-
-        return {
-            "budget_bytes": self.budget_bytes,
-            "weights_bytes": self.weights_bytes,
-            "activation_bytes": self.activation_bytes,
-            "vae_bytes": self.vae_bytes,
-            "vae_kept_bytes": self.vae_kept_bytes,
-            "decode": None if self.decode is None else dataclasses.asdict(self.decode),
-            "decode_slicing": None if self.decode is None else self.decode.slicing.describe(self.block_frames),
-            "decode_overlaps": self.decode_overlaps,
-            "requested": cfg(self.requested),
-            "requested_cache": dataclasses.asdict(self.requested_cache),
-            "chosen": cfg(self.chosen),
-            "chosen_cache": None if self.chosen_cache is None else dataclasses.asdict(self.chosen_cache),
-            "total_bytes": self.total_bytes,
-            "feasible": self.feasible,
-            "message": self.message,
-            "candidates": [list(c) for c in self.candidates],
-            "offload": None if self.offload is None else self.offload.to_dict(),
-            "budget_source": self.budget_source,
-            "host": None if self.host is None else dataclasses.asdict(self.host),
-            "non_torch_bytes": self.non_torch_bytes,
-            "torch_bytes": self.torch_bytes,
-        }
 
 
 def plan_memory(
@@ -294,6 +149,65 @@ def plan_for(
 ) -> MemoryPlan:
     """`plan_memory` from one input record (`memory.PlanInput`: the shape, `streams` as the batch, the budget);
     the rest as `plan_memory`'s arguments of the same names."""
+    return run_parts(
+        given, model_config, cache_config, vae_dim=vae_dim, vae_bytes=vae_bytes, resident_blocks=resident_blocks,
+        fp8_block_weights=fp8_block_weights, vae_memory=vae_memory, decode_slicing=decode_slicing,
+        non_torch_bytes=non_torch_bytes,
+    ).plan(given)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """One run's rows for `memory.compose`, each stated from one `PlanInput`: the transformer's (its model config
+    states it: `cost_row`, models/cost.py), the decoder's (vae/cost.py), the KV cache's (cache/cost.py) and the
+    CUDA context's; with what the report reads beside them."""
+
+    model_config: object
+    cache_config: KVCacheConfig
+    spec: KVCacheSpec
+    vae: VAEMemory
+    transformer: CostModel
+    decoder: DecoderCost
+    non_torch_bytes: int = 0
+
+    @property
+    def parts(self) -> tuple[CostModel, ...]:
+        return (
+            self.transformer,
+            self.decoder,
+            KVCost(self.cache_config, self.spec),
+            Fixed(CONTEXT, self.non_torch_bytes),
+        )
+
+    def fixed_bytes(self, given: PlanInput) -> int:
+        """Every row but the KV cache at its first option, added as `compose` adds them (kept + the transient
+        peak): what a cache with a budget of its own sits beside (`MemoryPlan.fixed_bytes`), from the rows."""
+        return peak_bytes([p.options(given)[0] for p in self.parts if p.name != KV], given.decode_overlaps)
+
+    def plan(self, given: PlanInput) -> MemoryPlan:
+        """The one composition (the decoder gives way) and its report."""
+        composed = compose(given, self.parts, give_way=(DECODER,))
+        decode = composed.cost(DECODER).option
+        if len(self.decoder.slicings) > 1 and decode is not None and decode.slicing != self.vae.default:
+            log.info("memory plan: the VAE decodes %s", decode.slicing.describe(given.block_frames))
+        return memory_plan(composed, self)
+
+
+def run_parts(
+    given: PlanInput,
+    model_config,
+    cache_config: KVCacheConfig,
+    *,
+    vae_dim: int = 96,
+    vae_bytes: int | None = None,
+    resident_blocks: int | None = None,
+    fp8_block_weights: bool = False,
+    vae_memory: VAEMemory | None = None,
+    decode_slicing: DecodeSlicing | None = None,
+    non_torch_bytes: int = 0,
+) -> RunParts:
+    """The rows `plan_for` composes, `plan_memory`'s arguments of the same names. The decoder offers the VAE's own
+    slicing only (or `decode_slicing`) without a budget in `given`; with one, every smaller slicing after it."""
     cfg, batch, block_frames = model_config, given.streams, given.block_frames
     elem = element_bytes(given.dtype)
     spec = kv_spec(cfg, given.latent_h, given.latent_w, block_frames, batch, given.dtype, given.max_frames)
@@ -303,49 +217,8 @@ def plan_for(
         slicings = (vae.default if decode_slicing is None else decode_slicing,)
     else:
         slicings = vae.slicings  # with a budget: the fastest that leaves the requested cache room
-    parts = [
-        TransformerCost(cfg, spec, cache_config, elem, (resident_blocks,), fp8_block_weights),
-        DecoderCost(vae, slicings),
-        KVCost(cache_config, spec),
-        Fixed(CONTEXT, non_torch_bytes),
-    ]
-    composed = compose(given, parts, give_way=(DECODER,))
-    decode = composed.cost(DECODER).option
-    if len(slicings) > 1 and decode is not None and decode.slicing != vae.default:
-        log.info("memory plan: the VAE decodes %s", decode.slicing.describe(block_frames))
-    return memory_plan(composed, cfg, spec, cache_config, vae)
-
-
-def memory_plan(composed, cfg, spec: KVCacheSpec, cache_config: KVCacheConfig, vae: VAEMemory) -> MemoryPlan:
-    """The run's MemoryPlan (its report: rows, message, the cache that fits) from the composed one."""
-    given = composed.given
-    transformer, decoder = composed.cost(TRANSFORMER), composed.cost(DECODER)
-    _, requested_cost = composed.cost(KV).option
-    decode = decoder.option
-    plan = MemoryPlan(
-        given.budget_bytes, transformer.kept_bytes, transformer.transient_bytes,
-        decoder.kept_bytes + decoder.transient_bytes, cache_config, requested_cost, cache_config, requested_cost, "",
-        vae_weights_bytes=vae.weights_bytes, decode=decode, block_frames=given.block_frames,
-        decode_overlaps=given.decode_overlaps, non_torch_bytes=composed.cost(CONTEXT).kept_bytes,
-    )  # fmt: skip
-    if composed.fits:
-        if requested_cost.kind == "offload":
-            plan.offload = estimate_offload(cfg, spec, cache_config)
-        return plan
-    avail = given.budget_bytes - plan.fixed_bytes
-    plan.chosen, plan.chosen_cache, window = None, None, None
-    for cost, fits in composed.fallbacks[KV]:
-        config, cache = cost.option
-        plan.candidates.append((cost.label, cost.kept_bytes, fits))
-        if fits and plan.chosen is None:
-            plan.chosen, plan.chosen_cache = config, cache
-        if cost.label.startswith("window_frames="):
-            window = config.window_frames
-    if plan.chosen_cache is not None and plan.chosen_cache.kind == "offload":
-        plan.offload = estimate_offload(cfg, spec, plan.chosen)
-    plan.message = _budget_message(plan, avail, window) + _offload_warning(plan.offload)
-    log.info("%s", plan.message)
-    return plan
+    transformer = cfg.cost_row(spec, cache_config, elem, (resident_blocks,), fp8_block_weights)
+    return RunParts(cfg, cache_config, spec, vae, transformer, DecoderCost(vae, slicings), non_torch_bytes)
 
 
 def _vae_memory(latent_channels, latent_h, latent_w, batch, elem, vae_dim, vae_bytes, vae_memory) -> VAEMemory:
@@ -357,49 +230,6 @@ def _vae_memory(latent_channels, latent_h, latent_w, batch, elem, vae_dim, vae_b
     if latent_channels == 48:  # the Wan 2.2 VAE: its own estimate (vae.cost)
         return VAEMemory.fixed(estimated_vae_bytes(48, latent_h, latent_w, 1, batch, elem))
     return estimated_memory(latent_h, latent_w, batch, elem, vae_dim)
-
-
-def _budget_message(plan: MemoryPlan, avail: int, window: int | None) -> str:
-    """Why the requested cache does not fit, the fixes, and (when nothing fits) what each alternative needs."""
-    req = plan.requested_cache
-    hints = []
-    if window is not None and window != plan.requested.window_frames:
-        hints.append(f"lower window_frames to {window}")
-    hints += ["set quantization='int8'", "or enable offload"]
-    left = f"{format_bytes(avail)}" if avail > 0 else f"nothing ({format_bytes(-avail)} short before the cache)"
-    message = (
-        f"KV cache needs {format_bytes(req.device_bytes)} ({req.formula}) but the budget of "
-        f"{format_bytes(plan.budget_bytes)} leaves {left} for it (weights {format_bytes(plan.weights_bytes)}, "
-        f"activations {format_bytes(plan.activation_bytes)}, VAE {format_bytes(plan.vae_bytes)}). "
-        f"{', '.join(hints).capitalize()}."
-    )
-    if plan.chosen is None:
-        message += (
-            " None of these fits: "
-            + "; ".join(
-                f"{lab} needs {format_bytes(b)}" if b >= 0 else f"{lab} cannot fit its staging buffers"
-                for lab, b, _ in plan.candidates
-            )
-            + "."
-        )
-    return message
-
-
-def _offload_warning(est: OffloadEstimate | None) -> str:
-    """A note when more layers are offloaded than their copies can hide behind a call's compute."""
-    if est is None or est.num_offloaded <= est.max_hidden_offloaded:
-        return ""
-    share = est.num_offloaded * est.h2d_seconds_per_layer_call / (est.num_layers * est.layer_seconds)
-    return (
-        f" Offload streams {est.num_offloaded} layers per call (copies ≈ {100 * share:.0f} % of the "
-        f"compute time, est.; ≤ {est.max_hidden_offloaded} layers keep them within "
-        f"{100 * TRANSFER_SHARE:.0f} %): expect part of the transfer time to show."
-    )
-
-
-"""Device memory outside PyTorch's allocator on a card the user names by its size (`gpu_memory`): the CUDA
-context with the kernels loaded, cuBLAS's and cuDNN's workspaces. The H200 showed 0.73 GiB of it in the
-1.3B + Wan VAE run's out-of-memory report (docs/performance.md); 0.75 GiB is that, rounded up."""
 
 
 def plan_resident_blocks(
@@ -438,23 +268,14 @@ def plan_resident_blocks(
     spec = kv_spec(model_config, latent_h, latent_w, block_frames, 1, dtype, max_frames)
     given = PlanInput(latent_h, latent_w, block_frames, max_frames, dtype=dtype, budget_bytes=usable,
                       decode_overlaps=decode_overlaps)  # fmt: skip
-    parts = [
-        TransformerCost(model_config, spec, cache_config, elem, tuple(range(num_layers, -1, -1)), fp8_block_weights),
-        DecoderCost(vae, vae.slicings),
-        KVCost(cache_config, spec),
-        Fixed(CONTEXT, non_torch_bytes),
-        text if text is not None else Fixed(TEXT, other_bytes),
-    ]  # the decode gives way first (it is exact), then the blocks; a text encoder last
-    composed = compose(given, parts, give_way=(DECODER, TRANSFORMER), last=(TEXT,))
+    transformer = model_config.cost_row(spec, cache_config, elem, range(num_layers, -1, -1), fp8_block_weights)
+    run = RunParts(model_config, cache_config, spec, vae, transformer, DecoderCost(vae, vae.slicings), non_torch_bytes)
+    text_row = text if text is not None else Fixed(TEXT, other_bytes)
+    # one composition: the decode gives way first (it is exact), then the blocks; a text encoder last
+    composed = compose(given, [*run.parts, text_row], give_way=(DECODER, transformer.name), last=(TEXT,))
     other_bytes = composed.cost(TEXT).kept_bytes
-    resident = composed.cost(TRANSFORMER).option
+    resident = composed.cost(transformer.name).option
     decode = composed.cost(DECODER).option
-    slicing = vae.default if decode is None else decode.slicing
-    plan = plan_memory(
-        model_config, latent_h, latent_w, cache_config, dtype=dtype, block_frames=block_frames,
-        max_frames=max_frames, resident_blocks=resident, fp8_block_weights=fp8_block_weights,
-        vae_memory=vae, decode_slicing=slicing, decode_overlaps=decode_overlaps, non_torch_bytes=non_torch_bytes,
-    )  # fmt: skip
     if composed.fits:
         if resident < num_layers:
             log.info(
@@ -463,13 +284,15 @@ def plan_resident_blocks(
                 num_layers,
                 format_bytes(budget_bytes),
             )
-        if slicing != vae.default and plan.decode is not None:
-            log.info("memory plan: the VAE decodes %s", slicing.describe(block_frames))
+        if decode is not None and decode.slicing != vae.default:
+            log.info("memory plan: the VAE decodes %s", decode.slicing.describe(block_frames))
+        plan = memory_plan(composed, run)  # the report of the rows chosen (the text row is not one of its rows)
         plan.budget_bytes = budget_bytes
         plan.text_placement = composed.cost(TEXT).option
         return resident, plan
-    short = plan.total_bytes + other_bytes - usable
-    cache = plan.requested_cache.device_bytes
+    total = peak_bytes([c for c in composed.costs if c.component != TEXT], decode_overlaps)  # the run's, no encoder
+    short = total + other_bytes - usable
+    cache = composed.cost(KV).option[1].device_bytes  # the requested cache (it never gives way)
     fixes = []
     if other_bytes:
         fixes.append(f"text_encoder_placement='offload' (frees {format_bytes(other_bytes)})")
@@ -482,6 +305,6 @@ def plan_resident_blocks(
     )
     raise CacheBudgetError(
         f"even with every transformer block streamed from host memory the run needs "
-        f"{format_bytes(plan.total_bytes + other_bytes)}{context}, {format_bytes(short)} more than the budget of "
+        f"{format_bytes(total + other_bytes)}{context}, {format_bytes(short)} more than the budget of "
         f"{format_bytes(budget_bytes)} (less {format_bytes(budget_bytes - usable)} allocator headroom); try {', or '.join(fixes)}"
     )

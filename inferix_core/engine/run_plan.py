@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 
 from ..cache import KVCacheConfig, MemoryPlan
-from ..cache.planner import plan_for
+from ..cache.planner import run_parts
 from ..errors import CacheBudgetError
 from ..memory import PlanInput
 from ..models.registry import WorldModel
@@ -36,7 +36,9 @@ def plan_run(
     is host memory. Either way the decoded frames the run keeps (uint8, in host RAM) are counted against
     the RAM available (`available_bytes`, default: MemAvailable). `check_plan` refuses what does not fit,
     before anything is allocated, naming the cheapest fix. Allocates nothing. One `memory.PlanInput` is built
-    (`streams`: runs batched as one, each a batch row with its own decoder and frames); the budget fills it in.
+    (`streams`: runs batched as one, each a batch row with its own decoder and frames); the budget fills it in,
+    and the rows stated from it (`cache.planner.RunParts`) are composed once: with the cache's own budget, the
+    rest it sits beside is read off the same rows (`RunParts.fixed_bytes`), not off a first plan.
     """
     from ..cache.plan_costs import available_memory_bytes, host_available_bytes, host_memory
 
@@ -51,16 +53,15 @@ def plan_run(
         vae_dim=getattr(getattr(world_model.vae, "config", None), "dim", 96),
         **decoder_memory(world_model.vae, lat_h, lat_w, sampling.block_frames, streams),
     )
-    plan = plan_for(given, world_model.config, cache, **parts)
-    if cache.gpu_budget_bytes is not None:
-        own = plan.decode.slicing if plan.decode is not None else None  # the cache's share is what is asked
-        budget = plan.fixed_bytes + cache.gpu_budget_bytes
-        plan = plan_for(replace(given, budget_bytes=budget), world_model.config, cache, **parts, decode_slicing=own)
-    elif on_cuda:  # no budget given: what the GPU has free, plus the weights already there
+    source = "explicit"
+    if cache.gpu_budget_bytes is None and on_cuda:  # no budget given: what the GPU has free, plus the weights there
         free, source = available_memory_bytes(world_model.device)
-        budget = free + resident_bytes(world_model)
-        plan = plan_for(replace(given, budget_bytes=budget), world_model.config, cache, **parts)
-        plan.budget_source = source
+        given = replace(given, budget_bytes=free + resident_bytes(world_model))
+    run = run_parts(given, world_model.config, cache, **parts)  # with no budget yet: the VAE's own decode slicing
+    if cache.gpu_budget_bytes is not None:  # the cache's share beside the rest, read off the same rows
+        given = replace(given, budget_bytes=run.fixed_bytes(given) + cache.gpu_budget_bytes)
+    plan = run.plan(given)  # the one composition
+    plan.budget_source = source
     plan.device_type = world_model.device.type  # the plan's text says where its totals live
     host_free = host_available_bytes() if available_bytes is None else available_bytes
     cost = plan.chosen_cache or plan.requested_cache

@@ -107,6 +107,13 @@ class WanConfig:
         image = 2 * c + c * c + c + c * d + d + 2 * d if self.has_image_input else 0  # img_emb of Wan I2V
         return L * block + embed + text + time + head + image
 
+    def cost_row(self, spec, cache_config, elem_bytes: int, resident=(None,), fp8_block_weights: bool = False):
+        """This transformer's row of the memory plan (models/cost.py `TransformerCost`): the planner, a layer
+        below (cache/planner.py), asks the config it is given instead of importing the row."""
+        from ..cost import TransformerCost  # the row reads the cache's formulas: no cache import at config load
+
+        return TransformerCost(self, spec, cache_config, elem_bytes, tuple(resident), fp8_block_weights)
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["patch_size"] = list(self.patch_size)
