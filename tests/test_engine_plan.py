@@ -71,3 +71,17 @@ def test_plan_run_composes_once(cache, cuda, monkeypatch):
         assert plan.budget_bytes == plan.fixed_bytes + cache.gpu_budget_bytes
     else:
         assert plan.budget_bytes == (10**9 if cuda else None)
+
+
+def test_an_offload_budget_too_small_for_its_staging_layers_is_refused_in_one_line():
+    """An offloaded cache whose gpu_budget_bytes cannot hold even its two staging layers has no cost to plan
+    with: plan_run refuses it with the cache's own reason and fix (it raised AttributeError before)."""
+    import pytest
+
+    from inferix_core.cache import KVCacheConfig
+    from inferix_core.engine.run_plan import plan_run
+    from inferix_core.errors import CacheBudgetError
+    from tests.test_api import tiny_world
+
+    with pytest.raises(CacheBudgetError, match=r"staging layers .* raise gpu_budget_bytes"):
+        plan_run(tiny_world(), KVCacheConfig(offload="auto", gpu_budget_bytes=10), 48, 32, 3)

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from ..errors import CacheBudgetError
 from ..vae.memory import DecodeMemory
 from .cost import KV
-from .plan_costs import TRANSFER_SHARE, CacheCost, HostMemory, OffloadEstimate, estimate_offload, format_bytes
+from .plan_costs import (
+    TRANSFER_SHARE,
+    CacheCost,
+    HostMemory,
+    OffloadEstimate,
+    cache_cost,
+    estimate_offload,
+    format_bytes,
+)
 from .spec import KVCacheConfig
 
 log = logging.getLogger(__name__)
@@ -195,6 +203,12 @@ def memory_plan(composed, run) -> MemoryPlan:
             window = config.window_frames
     if plan.chosen_cache is not None and plan.chosen_cache.kind == "offload":
         plan.offload = estimate_offload(cfg, spec, plan.chosen)
+    if plan.requested_cache is None:  # offload as asked cannot even hold its staging layers: no plan to report
+        fitting = next((label for label, _, fits in plan.candidates if fits), None)
+        try:
+            cache_cost(cache_config, spec)
+        except CacheBudgetError as exc:
+            raise CacheBudgetError(str(exc) + (f" Of the alternatives, {fitting} fits." if fitting else "")) from None
     plan.message = _budget_message(plan, avail, window) + _offload_warning(plan.offload)
     log.info("%s", plan.message)
     return plan
