@@ -167,6 +167,7 @@ def generate_video(
             if isinstance(actions_in, torch.Tensor):  # the pipeline reads actions at absolute frames
                 pad = actions_in.new_zeros(actions_in.shape[0], resume_state.next_frame, actions_in.shape[2])
                 actions_in = torch.cat([pad, actions_in], dim=1)
+        style = world_model.recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family)  # LongLive: theirs
         request = GenerationRequest(
             num_blocks=num_blocks,
             latent_height=run.lat_h,
@@ -176,7 +177,8 @@ def generate_video(
             actions=actions_in,
             prompt_schedule=schedule,
             initial_latents=run.initial_latents,
-            recache_on_switch=RECACHE_STYLE_BY_FAMILY.get(world_model.family) == "window",
+            recache_on_switch=style in ("window", "window_reset"),
+            recache_style=style or "window",
             clean_first_latents=run.clean_first,
             image_context=run.image_inputs.visual_context if isinstance(run.image_inputs, StartImageInputs) else None,
             shot_blocks=run.shots,

@@ -136,6 +136,18 @@ class RingKVCache(SlidingWindow):
         self._valid_tokens = len(self.resident_frames()) * ft  # min(end_frame, capacity) unless restarted
         self.num_calls += 1
 
+    def relabel(self, end_frame: int, window_origin: int) -> None:
+        """Say which frames the slots hold after frames 0..E-1 were written as a fresh cache and stand for later
+        ones (LongLive's `global_sink: false` re-cache, pipeline/recache.py): ring slots from S on hold frames
+        [window_origin, end_frame), the sink slots what was written there. Host bookkeeping only; the same
+        number of ring frames must stay resident."""
+        ring = len(self.resident_frames()) - min(self.sink_frames, self.end_frame)
+        if self.config.is_global or end_frame - window_origin != ring or window_origin < self.sink_frames:
+            raise ConfigError(  # an invariant of the caller, not a user mistake
+                f"relabel to frames {window_origin}..{end_frame - 1} does not match the {ring} ring frames written"
+            )
+        self.end_frame, self.window_origin = end_frame, window_origin
+
     # -- tensor work -------------------------------------------------------------------------------
     def write_and_read(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if k.shape[1] != self._num_tokens:

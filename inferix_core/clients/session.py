@@ -38,15 +38,16 @@ from ..errors import ConfigError
 from ..models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from ..pipeline import SamplingConfig
 from ..pipeline.frames import keep_resident
-from ..pipeline.recache import RECACHE_STYLES
+from ..pipeline.recache import RECACHE_STYLES, history_frames
 from ..profiling import NullProfiler
 from ..sinks.live import InputQueue
 from .session_parts import BranchHere, QueuedInputs, SessionBlock
 
 log = logging.getLogger(__name__)
 
-# How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm,
-# "blocks" re-runs every resident block's context pass in order; the default per family is in the registry.
+# How a prompt switch re-caches (see `InteractiveSession.recache`): "window" is LongLive's own algorithm
+# (global_sink: true), "window_reset" theirs with global_sink: false, "blocks" re-runs every resident block's
+# context pass in order; the default per family is in the registry.
 
 MAX_QUEUED_ACTIONS = 8  # actions waiting for their blocks (one block each)
 
@@ -117,7 +118,9 @@ class InteractiveSession(QueuedInputs, BranchHere):
         self.hard_switch = hard_switch
         self._new_shot = False  # the coming block starts a shot
         self._shot_caption: str | None = None  # the shot's bare caption, for its blocks after the first
-        self.recache_style = recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
+        self.recache_style = (
+            recache_style or world_model.recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
+        )
         if self.recache_style not in RECACHE_STYLES:
             raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
         self.hold_actions = hold_actions
@@ -159,6 +162,8 @@ class InteractiveSession(QueuedInputs, BranchHere):
         # the engine: the block loop (pipeline, Krea's pixel window, decoder choice, profiler)
         self.engine = Engine(world_model, sampling, cache, decoder=decoder, decode=decode, profiler=self.profiler)
         self.pipeline = self.engine.pipeline
+        # the clean blocks a re-cache needs beyond the resident ones ("window_reset": the last window)
+        self._history_frames = 0 if hard_switch else history_frames(self.recache_style, self.engine.cache_config)
         with self.profiler.stage("text_encode"):
             if self._image is None and world_state is not None and "extra.context" in world_state.tensors:
                 context = world_state.tensors["extra.context"]  # the saved prompt stays
@@ -176,6 +181,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
             image = self._start.visual_context if self._start is not None else None
             self._stream = self.engine.open(context, lat_h, lat_w, seed=seed, image_context=image,
                                             clean_prefix=prefix, sinks=sinks)  # fmt: skip
+            self.state = self._stream.state  # the history it keeps (setter)
         self.at_boundary = True  # False while a block is being generated (its cache is half written)
         self.save_requests = 0  # "save" inputs seen (`inferix play` saves the world at those boundaries)
         # 3. input state: events wait in _pending until a boundary consumes them
@@ -204,6 +210,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
 
     @state.setter
     def state(self, state) -> None:
+        state.history_frames = self._history_frames
         self._stream.state = state
 
     @property
@@ -232,6 +239,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
     def _resume(self, world: WorldState, sinks) -> None:
         state, decoder, history = self.engine.resume(world)
         self._stream = Stream(state, decoder, list(sinks), history)
+        self.state = state  # the history it keeps (setter)
         self._context = self._context.to(self.pipeline.device)
         if "extra.context" not in world.tensors:  # saved at the stream level: the given prompt takes over
             log.info("the world state does not name its prompt; continuing under the session's prompt")
@@ -450,6 +458,10 @@ class InteractiveSession(QueuedInputs, BranchHere):
         While nothing has been evicted yet the pass covers every frame from 0, the sink included (their
         window then starts at frame 0). One transformer call in all.
 
+        "window_reset" (theirs with `global_sink: false`, docs/longlive_global_sink.md): the cache is reset and one
+        context pass over the last window_frames clean frames re-writes every slot, the sink slots with the
+        oldest of them (so the sink follows the switch). One transformer call; ring caches only.
+
         "blocks": the cache is reset and the stored clean latents of every block that still has resident frames
         are run again through the context pass (t = context_noise), sink blocks first, in their original
         block boundaries and with their original actions. Frames evicted before the switch stay evicted:
@@ -463,7 +475,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
 
     def _remember(self, start: int, latents: torch.Tensor, action: torch.Tensor | None) -> None:
         """Keep the clean latents of blocks with resident frames (sink blocks included); drop the rest."""
-        self._stream.history = keep_resident([*self._stream.history, (start, latents, action)], self.state.cache)
+        self._stream.history = keep_resident([*self._stream.history, (start, latents, action)], self.state)
 
 
 __all__ = ["InteractiveSession", "SessionBlock"]

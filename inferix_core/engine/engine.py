@@ -359,7 +359,7 @@ class Engine:
         for stream, block, out in zip(streams, blocks, outs, strict=True):
             if stream.history is not None:
                 stream.history = keep_resident([*stream.history, (out.start_frame, out.latents, block.action)],
-                                               stream.state.cache)  # fmt: skip
+                                               stream.state)  # fmt: skip
             try:
                 made.append(self.emit(stream, out, hooks, commit=True, split_first=False))
             except StreamStopped as exc:

@@ -171,6 +171,19 @@ def sidecar_configs(path: Path, what: str = "family detection") -> list[tuple[Pa
     return out
 
 
+def recache_style_beside(path: Path, family: str) -> str | None:
+    """The re-cache a LongLive config beside the weights asks for: `global_sink` true → "window", false →
+    "window_reset" (their `_recache_after_switch`; docs/longlive_global_sink.md), logged; None without one."""
+    if family != "longlive":
+        return None
+    for p, cfg in sidecar_configs(path, "re-cache settings"):
+        if "global_sink" in cfg:
+            style = "window" if cfg["global_sink"] else "window_reset"
+            log.info("'%s' sets global_sink: %s: prompt switches re-cache with '%s'", p.name, cfg["global_sink"], style)
+            return style
+    return None
+
+
 def _config_family(cfg: Mapping) -> tuple[str, str] | None:
     """Recognise a family by keys only its authors' configs have."""
     kwargs = cfg.get("model_kwargs") or {}

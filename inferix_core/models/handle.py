@@ -37,6 +37,9 @@ class WorldModel:
     default_size: tuple[int, int] | None = None  # (width, height) the model was trained at, if it has one
     family_reason: str = ""  # why this family (the argument, or the evidence found in the file)
     variant: str = ""  # Matrix-Game 2.0: universal, gta_drive or templerun
+    # how a prompt switch re-caches (pipeline/recache.py); None: the family's (RECACHE_STYLE_BY_FAMILY). A LongLive
+    # config beside the weights with `global_sink: false` sets "window_reset" (models/family_detect.recache_style_beside)
+    recache_style: str | None = None
 
     @property
     def device(self) -> torch.device:

@@ -29,7 +29,7 @@ from .components import (
     set_attention_backend,
 )
 from .families import FAMILIES, Family, get_family
-from .family_detect import FamilyChoice, FileFacts, detect_family
+from .family_detect import FamilyChoice, FileFacts, detect_family, recache_style_beside
 from .fp8 import quantize_linears_fp8
 from .handle import WorldModel
 from .lora import LoraArg, lora_label, merge_lora_files
@@ -218,6 +218,7 @@ def load_world_model(path: str = "bundled", options: LoadOptions | None = None, 
         + f"){lora_label(lora)}",
         family_reason=choice.reason,
         variant=variant.name if variant else "",
+        recache_style=recache_style_beside(Path(path), choice.family) if Path(path).exists() else None,
     )
     return _maybe_cuda_graphs(maybe_compile(model, o.compile), o.cuda_graphs)
 

@@ -37,7 +37,14 @@ def initial_block_ranges(num_initial: int, block_frames: int, independent_first:
     return ranges
 
 
-def keep_resident(blocks: list, cache) -> list:
-    """The (start, latents, action) blocks that still have frames in the cache."""
-    resident = set(cache.resident_frames())
-    return [b for b in blocks if resident.intersection(range(b[0], b[0] + b[1].shape[1]))]
+def keep_resident(blocks: list, state) -> list:
+    """The (start, latents, action) blocks that still have frames in the stream's cache, or among its last
+    `state.history_frames` frames (what a "window_reset" re-cache re-writes)."""
+    resident = set(state.cache.resident_frames())
+    since = state.next_frame - state.history_frames if state.history_frames else None
+    return [
+        b
+        for b in blocks
+        if resident.intersection(range(b[0], b[0] + b[1].shape[1]))
+        or (since is not None and b[0] + b[1].shape[1] > since)
+    ]

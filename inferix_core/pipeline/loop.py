@@ -20,7 +20,7 @@ import torch
 
 from ..errors import ConfigError
 from .frames import initial_block_ranges, keep_resident
-from .recache import RECACHE_STYLES
+from .recache import RECACHE_STYLES, history_frames
 from .types import BlockOutput, GenerationRequest, PipelineHooks, SeededNoise, StreamState
 
 History = list[tuple[int, torch.Tensor, Any]]  # (start frame, clean latents (B, n, C, H, W), action)
@@ -69,7 +69,7 @@ class RequestInputs:
 
     def block(self, index: int, start_frame: int, num_frames: int) -> BlockInput:
         context = self.schedule.get(index)
-        recache = "window" if context is not None and self.recache else "none"
+        recache = self.request.recache_style if context is not None and self.recache else "none"
         return BlockInput(self.action(start_frame, num_frames), context, recache, index in self.shots)
 
 
@@ -78,9 +78,11 @@ def open_request(pipe: Any, request: GenerationRequest) -> StreamState:
     pipe.check_request(request)
     n = pipe.sampling.block_frames
     num_initial = 0 if request.initial_latents is None else request.initial_latents.shape[1]
+    keep = history_frames(request.recache_style, pipe.cache_config) if request.recache_on_switch else 0
     if request.resume_state is not None:  # a saved world: its cache, prompt, noise and position
         if num_initial:
             raise ConfigError("a resumed world continues from its own frames; pass no initial latents")
+        request.resume_state.history_frames = keep
         return request.resume_state
     h, w, bsz = request.latent_height, request.latent_width, request.batch_size
     shape = (bsz, request.num_blocks * n, pipe.model.config.out_dim, h, w)
@@ -89,13 +91,14 @@ def open_request(pipe: Any, request: GenerationRequest) -> StreamState:
                               max_frames=num_initial + request.num_blocks * n,
                               image_context=request.image_context)  # fmt: skip
     state.clean_prefix = request.clean_first_latents
+    state.history_frames = keep
     return state
 
 
 def recache_resident(pipe: Any, state: StreamState, style: str, history: History | None) -> bool:
-    """Re-write the resident blocks' K/V under the prompt now in `state` ("window" or "blocks"; "none" does
+    """Re-write the resident blocks' K/V under the prompt now in `state` (pipeline/recache.py; "none" does
     nothing). Returns whether a re-cache ran (it needs resident blocks in `history`)."""
-    blocks = keep_resident(history or [], state.cache)
+    blocks = keep_resident(history or [], state)
     if style == "none" or not blocks:
         return False
     pipe.recache(state, blocks, style)
@@ -123,7 +126,7 @@ def prime(
         pipe.context_pass(state, latents, a, action)
         state.next_frame = b
         if history is not None:
-            history = keep_resident([*history, (a, latents, action)], state.cache)
+            history = keep_resident([*history, (a, latents, action)], state)
         yield BlockOutput(i, a, latents, time.perf_counter() - t0, is_initial=True), history
 
 
@@ -140,7 +143,7 @@ def advance(
         state, block.action, hooks, context=context, new_shot=block.new_shot, defer_context_pass=True
     )
     if history is not None:
-        history = keep_resident([*history, (out.start_frame, out.latents, block.action)], state.cache)
+        history = keep_resident([*history, (out.start_frame, out.latents, block.action)], state)
     return out, history
 
 

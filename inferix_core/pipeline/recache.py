@@ -1,8 +1,10 @@
 """Re-caching: the resident frames' K/V re-written under the prompt now in force, after a prompt switch.
 
-"window" is LongLive's own re-cache (one context pass over the resident frames after the sink); "blocks" runs the
+"window" is LongLive's own re-cache with their `global_sink: true` (one context pass over the resident frames
+after the sink); "window_reset" theirs with `global_sink: false` (the cache reset, one pass over the last
+window_frames frames that re-writes the sink slots too: docs/longlive_global_sink.md); "blocks" runs the
 context pass again over every resident block, sink blocks first, in their original boundaries and with their
-original actions. Both take the clean blocks as (start frame, latents (B, n, C, H, W), action or None) and leave
+original actions. They take the clean blocks as (start frame, latents (B, n, C, H, W), action or None) and leave
 the same frames resident.
 """
 
@@ -12,10 +14,31 @@ from typing import Any
 
 import torch
 
+from ..cache.ring import RingKVCache
 from ..errors import ConfigError
 
 Blocks = list[tuple[int, torch.Tensor, torch.Tensor | None]]
-RECACHE_STYLES = ("window", "blocks")
+RECACHE_STYLES = ("window", "window_reset", "blocks")
+
+
+def history_frames(style: str, cache_config) -> int:
+    """The frames a stream's history must keep beyond the resident ones for re-caches of `style`: a
+    "window_reset" re-writes the last window_frames frames, some of them already out of the window."""
+    if style == "window_reset" and not cache_config.is_global and cache_config.sink_frames:
+        return cache_config.window_frames
+    return 0
+
+
+def _clean_frames(blocks: Blocks, frames: list[int]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The clean latents (B, len(frames), C, H, W) and actions of `frames` from `blocks`; None if one is missing."""
+    where = {start + i: (x, a, i) for start, x, a in blocks for i in range(x.shape[1])}
+    if not set(frames) <= set(where):
+        return None
+    latents = torch.cat([where[f][0][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
+    actions = None
+    if all(where[f][1] is not None for f in frames):
+        actions = torch.cat([where[f][1][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
+    return latents, actions
 
 
 def recache_window(pipe: Any, state: Any, blocks: Blocks) -> int:
@@ -35,18 +58,57 @@ def recache_window(pipe: Any, state: Any, blocks: Blocks) -> int:
         return end
     sink = getattr(cache, "sink_frames", 0)
     first = 0 if resident == list(range(end)) else min(f for f in resident if f >= sink)
-    where = {start + i: (x, a, i) for start, x, a in blocks for i in range(x.shape[1])}
     frames = list(range(first, end))
-    if not set(frames) <= set(resident) or not set(frames) <= set(where):
+    clean = _clean_frames(blocks, frames)
+    if not set(frames) <= set(resident) or clean is None:
         raise ConfigError(  # an invariant of the callers (they keep the resident blocks), not a user mistake
             f"re-cache needs the clean frames {first}..{end - 1}, resident and given; the cache holds "
-            f"{resident}, the blocks cover {sorted(where)}"
+            f"{resident}, the blocks cover {sorted({s + i for s, x, _ in blocks for i in range(x.shape[1])})}"
         )
-    latents = torch.cat([where[f][0][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
-    actions = None
-    if all(where[f][1] is not None for f in frames):
-        actions = torch.cat([where[f][1][:, where[f][2] : where[f][2] + 1] for f in frames], dim=1)
+    latents, actions = clean
     pipe.context_pass(state, latents, first, actions)
+    return first
+
+
+def recache_window_reset(pipe: Any, state: Any, blocks: Blocks) -> int:
+    """LongLive's KV re-cache with their `global_sink: false` (docs/longlive_global_sink.md); returns the first
+    frame re-written.
+
+    NVlabs/LongLive v1.0 `_recache_after_switch` zeroes the cache and runs one context pass over the clean
+    frames [r, S), r = S − min(window, S), written from slot 0 (`sink_recache_after_switch`): the sink slots take
+    frames r..r+K−1 (with their own RoPE positions) and keep them until the next switch, the window the rest;
+    the pass's queries see all of these frames, no mask. Here: the ring cache reset, the pass written as
+    frames 0.. with RoPE positions r.. (`rope_offset`), then the slots relabelled (`RingKVCache.relabel`). With
+    no sink or a global cache the setting changes nothing (`recache_window`). Needs the history of the last
+    window_frames frames (`history_frames`).
+    """
+    cache, end = state.cache, state.next_frame
+    sink = getattr(cache, "sink_frames", 0)
+    if cache.config.is_global or not sink or not cache.resident_frames():
+        return recache_window(pipe, state, blocks)
+    if not isinstance(cache, RingKVCache):
+        raise ConfigError(
+            f"LongLive's global_sink: false re-cache runs on the ring KV cache, not a {type(cache).__name__}: use "
+            "page_frames 0, no offload and no quantization, or global_sink: true (recache_style 'window')"
+        )
+    first = end - min(cache.config.window_frames, end)
+    frames = list(range(first, end))
+    clean = _clean_frames(blocks, frames)
+    if clean is None:
+        raise ConfigError(  # an invariant of the callers (history_frames), not a user mistake
+            f"a window_reset re-cache needs the clean frames {first}..{end - 1}; the blocks cover "
+            f"{sorted({s + i for s, x, _ in blocks for i in range(x.shape[1])})}"
+        )
+    counters = cache.num_evictions, cache.num_eviction_events, cache.num_calls
+    cache.reset()
+    state.rope_offset += first
+    try:
+        pipe.context_pass(state, clean[0], 0, clean[1])
+    finally:
+        state.rope_offset -= first
+    cache.relabel(end, first + sink)
+    cache.num_evictions, cache.num_eviction_events = counters[0], counters[1]
+    cache.num_calls = counters[2] + 1
     return first
 
 
@@ -72,7 +134,7 @@ def recache_blocks(pipe: Any, state: Any, blocks: Blocks) -> int:
 def recache(pipe: Any, state: Any, blocks: Blocks, style: str) -> int:
     """Re-cache in `style` ("window" or "blocks"); returns the first frame re-written. Either style leaves the
     same frames resident and the cache's end where the stream is: checked here, once for both."""
-    styles = {"window": recache_window, "blocks": recache_blocks}
+    styles = {"window": recache_window, "window_reset": recache_window_reset, "blocks": recache_blocks}
     if style not in styles:
         raise ConfigError(f"recache style must be one of {RECACHE_STYLES}, got {style!r}")
     pipe.settle(state)  # the last block handed out: its K/V are among those re-written

@@ -52,9 +52,11 @@ class GenerationRequest:
     actions: torch.Tensor | Callable[[int, int], torch.Tensor] | object | None = None
     prompt_schedule: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (block index, context)
     initial_latents: torch.Tensor | None = None  # clean frames to continue from (B, F0, C, H, W)
-    # at a prompt_schedule switch: False = hard switch (cached K/V kept), True = LongLive's KV re-cache
-    # (`BlockDiffusionPipeline.recache_window`) under the new prompt first
+    # at a prompt_schedule switch: False = hard switch (cached K/V kept), True = a KV re-cache under the new prompt
+    # first, in `recache_style` (pipeline/recache.py: "window" LongLive's with global_sink true, "window_reset" with
+    # global_sink false, "blocks")
     recache_on_switch: bool = False
+    recache_style: str = "window"
     # Wan 2.2 TI2V / LongLive 2.0 image start: clean latents (B, k, C, H, W) held as the first k frames of the
     # first generated block, at timestep 0 in every call of that block (the other frames denoise as usual)
     clean_first_latents: torch.Tensor | None = None
@@ -104,6 +106,9 @@ class StreamState:
     clean_prefix: torch.Tensor | None = None  # (B, k, C, H, W) held clean in the next generated block, then cleared
     shot_index: int = 0  # shots started so far (LongLive 2.0 multi-shot)
     rope_offset: float = 0.0  # added to the RoPE temporal position of every frame written from now on
+    # clean blocks the stream's history keeps beyond the resident ones: those with frames among the last
+    # `history_frames` (a "window_reset" re-cache re-writes the last window_frames frames, sink slots included)
+    history_frames: int = 0
     # stream() only: the last block's context pass, run when the next block is asked for or by `settle()`
     pending_context: DeferredContextPass | None = None
 

@@ -134,6 +134,12 @@ def test_longlive_base_alone_matches_the_authors_run(path, tmp_path):
     torch.testing.assert_close(latents, t["output_latents_without_lora"], atol=ATOL, rtol=0)
 
 
+def their_style(info: dict) -> str:
+    """The re-cache their run used: `pipeline.global_sink` (README_families.md; absent: true, as their released
+    inference configs set it) true → "window", false → "window_reset" (docs/longlive_global_sink.md)."""
+    return "window" if info["pipeline"].get("global_sink", True) else "window_reset"
+
+
 def replay_session(path, folder, recache_style: str | None = None):
     """Their interactive run through our InteractiveSession: same noise, prompts switched at the same blocks."""
     info, t = read_fixture(path)
@@ -157,8 +163,8 @@ def replay_session(path, folder, recache_style: str | None = None):
 
 @pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
 def test_prompt_switch_with_kv_recache_matches_the_authors_run(path, tmp_path):
-    info, t, session, latents = replay_session(path, tmp_path)
-    assert session.recache_style == "window"  # the longlive family's default: their algorithm
+    info, _ = read_fixture(path)
+    info, t, session, latents = replay_session(path, tmp_path, recache_style=their_style(info))
     assert session.num_recaches == len(info["switch"]["switch_block_indices"])
     assert torch.isfinite(latents).all()
     torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)
@@ -190,7 +196,7 @@ def test_prompt_schedule_with_recache_matches_the_authors_run(path, tmp_path):
     schedule = [(b, t[name]) for b, name in zip(sw["switch_block_indices"], happened, strict=True)]
     req = GenerationRequest(
         num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t[prompts[0]], batch_size=B,
-        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True,
+        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True, recache_style=their_style(info),
     )  # fmt: skip
     latents = pipe.generate(req)
     torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)

@@ -8,8 +8,9 @@ changes nothing until a re-cache starts after frame 0 (switch frame > local_attn
 after it; with it false a re-cache writes its frames r..S-1 into slots 0.. (the sink slots get frames r..r+K-1)
 and leaves the rest zero, with it true such a re-cache keeps the sink slots and writes the same window slots.
 
-Our engine has no setting for it (no config field selects it; `recache_style` "window" is `global_sink: true`),
-so there is no parity test against our pipeline here.
+Our engine runs it as `recache_style` "window_reset" (pipeline/recache.py; "window" is `global_sink: true`), chosen
+by a LongLive config beside the weights (`global_sink: false`) or by the caller: the parity tests at the end replay
+the false run through the interactive session and as a finite request.
 """
 
 from __future__ import annotations
@@ -107,3 +108,76 @@ def test_cache_slots_after_a_recache(path):
             if first > 0 and (layer, kv) in previous_true:
                 torch.testing.assert_close(cache[:, :sink], previous_true[(layer, kv)][:, :sink], rtol=0, atol=0)
             previous_true[(layer, kv)] = cache
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_window_reset_matches_their_global_sink_false_run(path, tmp_path):
+    """Their interactive run repeated with global_sink false, through our InteractiveSession with "window_reset"
+    (the same noise, prompts, switch blocks): within the LongLive parity tolerance, and far from "window"."""
+    from tests.models.test_longlive_parity import replay_session
+
+    info, t, session, latents = replay_session(path, tmp_path, recache_style="window_reset")
+    assert session.num_recaches == len(info["switch"]["switch_block_indices"])
+    assert torch.isfinite(latents).all()
+    torch.testing.assert_close(latents, t[KEY], atol=ATOL, rtol=0)
+    # the same number of frames stays resident as with global_sink true, the history holds the last window
+    assert len(session.state.cache.resident_frames()) == min(
+        session.state.next_frame, session.state.cache.capacity_frames
+    )
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_window_reset_as_a_finite_request(path, tmp_path):
+    """The same false run as one request with a prompt schedule (Block Denoise / generate_video's path)."""
+    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
+    from tests.models.test_longlive_parity import FixtureNoise, settings_from_metadata, switch_prompts, world_model
+
+    info, t = read_fixture(path)
+    sampling, cache = settings_from_metadata(info)
+    p, sw = info["pipeline"], info["switch"]
+    b, _f, _c, h, w = p["latent_shape"]
+    pipe = BlockDiffusionPipeline(world_model(path, info, lora=True, folder=tmp_path).transformer, sampling, cache)
+    prompts = switch_prompts(info, t)
+    happened = prompts[1 : 1 + len(sw["switch_block_indices"])]
+    schedule = [(i, t[name]) for i, name in zip(sw["switch_block_indices"], happened, strict=True)]
+    req = GenerationRequest(
+        num_blocks=p["num_blocks"], latent_height=h, latent_width=w, context=t[prompts[0]], batch_size=b,
+        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True, recache_style="window_reset",
+    )  # fmt: skip
+    torch.testing.assert_close(pipe.generate(req), t[KEY], atol=ATOL, rtol=0)
+
+
+def test_a_longlive_config_beside_the_weights_picks_the_recache(tmp_path):
+    """global_sink read from the authors' config beside the weights: false → "window_reset", true → "window",
+    absent → the family's default (None here); other families never read it."""
+    from inferix_core.models.family_detect import recache_style_beside
+
+    weights = tmp_path / "longlive_base.pt"
+    weights.write_bytes(b"")
+    assert recache_style_beside(weights, "longlive") is None
+    (tmp_path / "longlive_inference.yaml").write_text("global_sink: false\nlocal_attn_size: 12\n")
+    assert recache_style_beside(weights, "longlive") == "window_reset"
+    assert recache_style_beside(weights, "self_forcing") is None
+    (tmp_path / "longlive_inference.yaml").write_text("global_sink: true\n")
+    assert recache_style_beside(weights, "longlive") == "window"
+
+
+def test_window_reset_refuses_a_cache_it_cannot_relabel():
+    """Only the ring cache can say its sink slots hold later frames: a paged one is refused at the re-cache, in
+    one line naming the fix."""
+    from inferix_core.cache import KVCacheConfig
+    from inferix_core.clients.session import InteractiveSession
+    from inferix_core.errors import ConfigError
+    from tests.test_api import tiny_world
+
+    wm = tiny_world()
+    cache = KVCacheConfig(window_frames=4, sink_frames=2, page_frames=2)
+    g = torch.Generator().manual_seed(3)
+    prompts = {name: torch.randn(1, 4, 8, generator=g) for name in ("a", "b")}
+    session = InteractiveSession(wm, "a", width=48, height=32, cache=cache, decode=False,
+                                 prompt_encoder=prompts.__getitem__, recache_style="window_reset")  # fmt: skip
+    for _ in range(3):
+        session.step()
+    session.switch_prompt("b")  # applied at the next block boundary
+    with pytest.raises(ConfigError, match="ring KV cache"):
+        session.step()
