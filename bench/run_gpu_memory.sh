@@ -49,6 +49,11 @@ EOF
   echo '"""Stand-in for comfyui-frontend-package: a blank page; the test uses the HTTP API only."""' \
     >"$dest/stub/comfyui_frontend_package/__init__.py"
   echo '<!doctype html><title>no frontend</title>' >"$dest/stub/comfyui_frontend_package/static/index.html"
+  # this checkout's committed code (the device tool sends the session's checkout, which may be another branch or
+  # mid-edit): laid over a copy of the sent tree there; big binaries (bundled weights, fixtures) come from the sent tree
+  git archive --format=tar HEAD -- . ':(exclude)inferix_core/assets/bundled' ':(exclude)tests/fixtures' \
+    ':(exclude)docs' ':(exclude)example_workflows' ':(exclude)bench/fixtures' | xz -T2 >"$dest/src.tar.xz"
+  git rev-parse HEAD >"$dest/src.commit"
   cp "$0" "$dest/run_gpu_memory.sh"
   du -sh "$dest"
 }
@@ -64,6 +69,10 @@ device() {
   } 2>&1 | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$here"/whl/*.whl 2>&1 | tail -3 | tee -a "$OUT/gpu.txt" || return 1
+  local tree=/tmp/ComfyUI-Inferix
+  rm -rf "$tree" && mkdir -p "$tree" && tar --exclude=./.gpumem -cf - . | tar -C "$tree" -xf - \
+    && tar -C "$tree" -xJf "$here/src.tar.xz" && cd "$tree" || return 1
+  echo "tree: commit $(cat "$here/src.commit") over the sent tree, in $tree" | tee -a "$OUT/gpu.txt"
   export PYTHONPATH=/tmp/site:$here/stub PYTHONUNBUFFERED=1 COMFYUI_PYTHON=python3
   local start end deadline=$(($(date +%s) + ${TOTAL_S:-560}))
   for v in $VERSIONS; do
