@@ -70,7 +70,7 @@ device() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$here"/whl/*.whl 2>&1 | tail -3 | tee -a "$OUT/gpu.txt" || return 1
   local tree=/tmp/ComfyUI-Inferix
-  rm -rf "$tree" && mkdir -p "$tree" && tar --exclude=./.gpumem -cf - . | tar -C "$tree" -xf - \
+  rm -rf "$tree" && mkdir -p "$tree" && tar --exclude=./.gpumem --exclude=./.git -cf - . | tar -C "$tree" -xf - \
     && tar -C "$tree" -xJf "$here/src.tar.xz" && cd "$tree" || return 1
   echo "tree: commit $(cat "$here/src.commit") over the sent tree, in $tree" | tee -a "$OUT/gpu.txt"
   export PYTHONPATH=/tmp/site:$here/stub PYTHONUNBUFFERED=1 COMFYUI_PYTHON=python3
