@@ -83,7 +83,7 @@ device() {
     start=$(date +%s)
     # SIGINT on time-out: pytest unwinds and the conftest stops the server (its own process group)
     COMFYUI_DIR=/tmp/comfyui-$v timeout -s INT -k 30 "$left" python3 -m pytest tests/integration/test_gpu_memory.py \
-      -v -s -rs -p no:cacheprovider --basetemp="/tmp/pt-$v" 2>&1 | tee "$OUT/pytest-$v.log"
+      -v -s -rs -p no:cacheprovider -o tmp_path_retention_policy=all --basetemp="/tmp/pt-$v" 2>&1 | tee "$OUT/pytest-$v.log"
     local rc=${PIPESTATUS[0]}
     end=$(date +%s)
     echo "ComfyUI $v: pytest exit $rc in $((end - start)) s" | tee -a "$OUT/gpu.txt"
