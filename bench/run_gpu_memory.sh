@@ -87,7 +87,9 @@ device() {
     local rc=${PIPESTATUS[0]}
     end=$(date +%s)
     echo "ComfyUI $v: pytest exit $rc in $((end - start)) s" | tee -a "$OUT/gpu.txt"
-    cp /tmp/pt-"$v"/gpu_base*/server.log "$OUT/server-$v.log" 2>/dev/null
+    local log
+    log=$(find "/tmp/pt-$v" -name server.log 2>/dev/null | head -1)
+    if [ -n "$log" ]; then cp "$log" "$OUT/server-$v.log"; else echo "no server.log under /tmp/pt-$v" | tee -a "$OUT/gpu.txt"; fi
     rm -rf "/tmp/pt-$v"  # 14 GB of random weights
   done
 }
