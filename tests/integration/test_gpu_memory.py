@@ -10,7 +10,9 @@ server's log shows ("Unloading ..." at DEBUG, "Unloaded partially", "N models un
 "asked ComfyUI for ... model(s) unloaded").
 
     COMFYUI_DIR=/work/comfyui-0.27 COMFYUI_PYTHON=/work/comfyui-venv-0.27/bin/python \\
-        python -m pytest tests/integration/test_gpu_memory.py -v -rs        # on the H200; ~5 min
+        python -m pytest tests/integration/test_gpu_memory.py -v -rs   # ~1 min on an H100
+
+bench/run_gpu_memory.sh runs it on a GPU machine without network, on ComfyUI v0.3.64 and v0.27.
 
 Needs CUDA in this process and the server's; the random files are written under the test's tmp dir.
 """
