@@ -68,7 +68,7 @@ class RingKVCache(SlidingWindow):
             self.capacity_frames = spec.max_frames or 8 * spec.block_frames
         else:
             self.capacity_frames = config.window_frames
-        self.ring_frames = self.capacity_frames - self.sink_frames
+        self.ring_frames = self.capacity_frames if config.is_global else config.ring_frames
         tokens = self.capacity_frames * spec.frame_tokens
         shape = (spec.batch_size, tokens, spec.num_heads, spec.head_dim)
         self.k = [torch.empty(shape, dtype=spec.dtype, device=spec.device) for _ in range(spec.num_layers)]
