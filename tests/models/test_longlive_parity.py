@@ -182,22 +182,29 @@ def test_the_recache_style_matters_on_this_fixture(path, tmp_path):
     assert (latents - t["output_latents"]).abs().max() > 10 * ATOL
 
 
-@pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
-def test_prompt_schedule_with_recache_matches_the_authors_run(path, tmp_path):
-    """The same run as a finite request (Block Denoise / generate_video with a prompt schedule)."""
+def schedule_run(path, folder, recache_style: str):
+    """Their interactive run as one finite request (Block Denoise / generate_video with a prompt schedule):
+    (info, tensors, the pipeline after the run, its latents)."""
     info, t = read_fixture(path)
     sampling, cache = settings_from_metadata(info)
     p, sw = info["pipeline"], info["switch"]
     B, _F, _C, H, W = p["latent_shape"]
-    pipe = BlockDiffusionPipeline(world_model(path, info, lora=True, folder=tmp_path).transformer, sampling, cache)
+    pipe = BlockDiffusionPipeline(world_model(path, info, lora=True, folder=folder).transformer, sampling, cache)
     prompts = switch_prompts(info, t)
     # `switch_frame_indices` may name switches past the run's end; `switch_block_indices` are those that happened
     happened = prompts[1 : 1 + len(sw["switch_block_indices"])]
     schedule = [(b, t[name]) for b, name in zip(sw["switch_block_indices"], happened, strict=True)]
     req = GenerationRequest(
         num_blocks=p["num_blocks"], latent_height=H, latent_width=W, context=t[prompts[0]], batch_size=B,
-        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True, recache_style=their_style(info),
+        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True, recache_style=recache_style,
     )  # fmt: skip
-    latents = pipe.generate(req)
+    return info, t, pipe, pipe.generate(req)
+
+
+@pytest.mark.parametrize("path", SWITCH, ids=[f.name for f in SWITCH])
+def test_prompt_schedule_with_recache_matches_the_authors_run(path, tmp_path):
+    """The same run as a finite request (Block Denoise / generate_video with a prompt schedule)."""
+    info, _ = read_fixture(path)
+    info, t, pipe, latents = schedule_run(path, tmp_path, their_style(info))
     torch.testing.assert_close(latents, t["output_latents"], atol=ATOL, rtol=0)
     assert pipe.kv_cache.num_calls == info["trace"]["model_calls"]  # the re-cache calls included

@@ -129,22 +129,10 @@ def test_window_reset_matches_their_global_sink_false_run(path, tmp_path):
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_window_reset_as_a_finite_request(path, tmp_path):
     """The same false run as one request with a prompt schedule (Block Denoise / generate_video's path)."""
-    from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-    from tests.models.test_longlive_parity import FixtureNoise, settings_from_metadata, switch_prompts, world_model
+    from tests.models.test_longlive_parity import schedule_run
 
-    info, t = read_fixture(path)
-    sampling, cache = settings_from_metadata(info)
-    p, sw = info["pipeline"], info["switch"]
-    b, _f, _c, h, w = p["latent_shape"]
-    pipe = BlockDiffusionPipeline(world_model(path, info, lora=True, folder=tmp_path).transformer, sampling, cache)
-    prompts = switch_prompts(info, t)
-    happened = prompts[1 : 1 + len(sw["switch_block_indices"])]
-    schedule = [(i, t[name]) for i, name in zip(sw["switch_block_indices"], happened, strict=True)]
-    req = GenerationRequest(
-        num_blocks=p["num_blocks"], latent_height=h, latent_width=w, context=t[prompts[0]], batch_size=b,
-        noise=FixtureNoise(t), prompt_schedule=schedule, recache_on_switch=True, recache_style="window_reset",
-    )  # fmt: skip
-    torch.testing.assert_close(pipe.generate(req), t[KEY], atol=ATOL, rtol=0)
+    _, t, _, latents = schedule_run(path, tmp_path, "window_reset")
+    torch.testing.assert_close(latents, t[KEY], atol=ATOL, rtol=0)
 
 
 def test_a_longlive_config_beside_the_weights_picks_the_recache(tmp_path):
