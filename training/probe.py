@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     from training.world import FPS
 
     from .evaluate import fidelity, world_spec_of
-    from .train_bundled import CACHE, SAMPLING
+    from .settings import CACHE, SAMPLING
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--bundle", default=None, help="folder with the bundle's files (default: the shipped one)")

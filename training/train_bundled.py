@@ -48,20 +48,10 @@ from training.world import ACTION_NAMES, FPS
 from .checkpoint import Checkpointer, load_carry, save_carry
 from .data import DatasetSpec, LatentPool, RenderJob, scene_word_lists
 from .probe import PROBE_SEED, FidelityProbe, probe_spec
+from .settings import CACHE, SAMPLING
 from .train_ae import latent_stats, to_video, train_ae
 from .train_world import WorldModel, train_world
 
-SAMPLING = {
-    "denoising_steps": [1000, 750, 500, 250],
-    "warp_denoising_steps": True,
-    "shift": 5.0,
-    "num_train_timesteps": 1000,
-    "block_frames": 3,
-    "context_noise": 0,
-}
-# Training (teacher forcing and the rollout phase) uses a window only, no sink frames: a sink's RoPE
-# distance to the current block grows without bound over a 5-minute rollout, far past anything a clip shows.
-CACHE = {"window_frames": 12, "sink_frames": 0}
 SMOKE_CACHE = {"window_frames": 6, "sink_frames": 0}
 # What the exported config runs: the same window with the first block (3 latent frames) kept as a sink. Measured
 # after training (docs/world_model.md, "The sink"): chosen on a tuning seed, confirmed on the evaluation seed, the
