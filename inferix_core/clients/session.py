@@ -38,7 +38,7 @@ from ..errors import ConfigError
 from ..models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
 from ..pipeline import SamplingConfig
 from ..pipeline.frames import keep_resident
-from ..pipeline.recache import RECACHE_STYLES, history_frames
+from ..pipeline.recache import check_style, history_frames
 from ..profiling import NullProfiler
 from ..sinks.live import InputQueue
 from .session_parts import BranchHere, QueuedInputs, SessionBlock
@@ -121,8 +121,6 @@ class InteractiveSession(QueuedInputs, BranchHere):
         self.recache_style = (
             recache_style or world_model.recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
         )
-        if self.recache_style not in RECACHE_STYLES:
-            raise ConfigError(f"recache_style '{self.recache_style}' is not one of {', '.join(RECACHE_STYLES)}")
         self.hold_actions = hold_actions
         # the start image, decided once (image_world.start_image_role): Wan 2.1 I2V's cond_concat per block and
         # CLIP tokens beside the prompt; Matrix-Game's start image, action track and live controls; TI2V's clean
@@ -163,6 +161,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
         self.engine = Engine(world_model, sampling, cache, decoder=decoder, decode=decode, profiler=self.profiler)
         self.pipeline = self.engine.pipeline
         # the clean blocks a re-cache needs beyond the resident ones ("window_reset": the last window)
+        check_style(self.recache_style, self.engine.cache_config)  # refused before any model work
         self._history_frames = 0 if hard_switch else history_frames(self.recache_style, self.engine.cache_config)
         with self.profiler.stage("text_encode"):
             if self._image is None and world_state is not None and "extra.context" in world_state.tensors:

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import ConfigError
 from .frames import initial_block_ranges, keep_resident
-from .recache import RECACHE_STYLES, history_frames
+from .recache import RECACHE_STYLES, check_style, history_frames
 from .types import BlockOutput, GenerationRequest, PipelineHooks, SeededNoise, StreamState
 
 History = list[tuple[int, torch.Tensor, Any]]  # (start frame, clean latents (B, n, C, H, W), action)
@@ -55,6 +55,8 @@ class RequestInputs:
         self.pipe, self.request = pipe, request
         self.schedule = dict(request.prompt_schedule)
         self.recache = request.recache_on_switch and bool(self.schedule)
+        if self.recache:
+            check_style(request.recache_style, pipe.cache_config)
         self.shots = set(request.shot_blocks)
         if 0 in self.shots or (self.shots and self.recache):
             raise ConfigError("shot_blocks start at block 1 and cannot be combined with a re-cache on prompt switches")

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..cache.factory import cache_kind
 from ..cache.ring import RingKVCache
 from ..errors import ConfigError
 
@@ -27,6 +28,19 @@ def history_frames(style: str, cache_config) -> int:
     if style == "window_reset" and not cache_config.is_global and cache_config.sink_frames:
         return cache_config.window_frames
     return 0
+
+
+def check_style(style: str, cache_config) -> None:
+    """Refuse, before any model work, a re-cache style the cache cannot run: "window_reset" relabels the ring
+    cache's sink slots, so (with a window and a sink) it needs the ring, not paged, offloaded or quantized pages."""
+    if style not in RECACHE_STYLES:
+        raise ConfigError(f"recache_style '{style}' is not one of {', '.join(RECACHE_STYLES)}")
+    if history_frames(style, cache_config) and cache_kind(cache_config) != "ring":
+        raise ConfigError(
+            f"LongLive's global_sink: false re-cache ('window_reset') runs on the ring KV cache, not the "
+            f"{cache_kind(cache_config)} one: set page_frames 0, offload 'off' and quantization 'none', or use "
+            "global_sink: true (recache_style 'window')"
+        )
 
 
 def _clean_frames(blocks: Blocks, frames: list[int]) -> tuple[torch.Tensor, torch.Tensor | None] | None:

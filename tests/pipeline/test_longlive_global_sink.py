@@ -151,21 +151,59 @@ def test_a_longlive_config_beside_the_weights_picks_the_recache(tmp_path):
 
 
 def test_window_reset_refuses_a_cache_it_cannot_relabel():
-    """Only the ring cache can say its sink slots hold later frames: a paged one is refused at the re-cache, in
-    one line naming the fix."""
+    """Only the ring cache can say its sink slots hold later frames: a paged one is refused before any model work
+    (a session, a request with a prompt schedule), in one line naming the fix; a wrong style name too."""
     from inferix_core.cache import KVCacheConfig
     from inferix_core.clients.session import InteractiveSession
     from inferix_core.errors import ConfigError
+    from inferix_core.pipeline import GenerationRequest
+    from inferix_core.pipeline.loop import RequestInputs
     from tests.test_api import tiny_world
 
     wm = tiny_world()
-    cache = KVCacheConfig(window_frames=4, sink_frames=2, page_frames=2)
+    paged = KVCacheConfig(window_frames=4, sink_frames=2, page_frames=2)
     g = torch.Generator().manual_seed(3)
     prompts = {name: torch.randn(1, 4, 8, generator=g) for name in ("a", "b")}
-    session = InteractiveSession(wm, "a", width=48, height=32, cache=cache, decode=False,
-                                 prompt_encoder=prompts.__getitem__, recache_style="window_reset")  # fmt: skip
+    with pytest.raises(ConfigError, match="ring KV cache, not the paged one: set page_frames 0"):
+        InteractiveSession(wm, "a", width=48, height=32, cache=paged, decode=False,
+                           prompt_encoder=prompts.__getitem__, recache_style="window_reset")  # fmt: skip
+    with pytest.raises(ConfigError, match="is not one of"):
+        InteractiveSession(wm, "a", width=48, height=32, decode=False, prompt_encoder=prompts.__getitem__,
+                           recache_style="windows", hard_switch=True)  # fmt: skip
+    pipe = InteractiveSession(wm, "a", width=48, height=32, cache=paged, decode=False,
+                              prompt_encoder=prompts.__getitem__).pipeline  # fmt: skip
+    req = GenerationRequest(3, 4, 6, prompts["a"], prompt_schedule=[(1, prompts["b"])], recache_on_switch=True,
+                            recache_style="window_reset")  # fmt: skip
+    with pytest.raises(ConfigError, match="ring KV cache"):
+        RequestInputs(pipe, req)
+    # the ring cache of the same window runs it: a switch re-caches, the stream goes on
+    session = InteractiveSession(wm, "a", width=48, height=32, cache=KVCacheConfig(window_frames=4, sink_frames=2),
+                                 decode=False, prompt_encoder=prompts.__getitem__, recache_style="window_reset")  # fmt: skip
     for _ in range(3):
         session.step()
-    session.switch_prompt("b")  # applied at the next block boundary
-    with pytest.raises(ConfigError, match="ring KV cache"):
-        session.step()
+    session.switch_prompt("b")
+    out = session.step()
+    assert session.num_recaches == 1 and torch.isfinite(out.latents).all()
+
+
+@pytest.mark.parametrize("path", FILES[:1], ids=[p.name for p in FILES[:1]])
+def test_the_loader_reads_global_sink_from_the_config_beside_the_weights(path, tmp_path):
+    """A LongLive checkpoint with their config beside it (`global_sink: false`) loads with recache_style
+    "window_reset", which a session then uses; without the config the family's "window" stays."""
+    import shutil
+
+    from inferix_core.clients.session import InteractiveSession
+    from inferix_core.models.registry import load_world_model
+
+    info, t = read_fixture(path)
+    weights = path.parent / info.get("weights_file", path.name)
+    shutil.copy(weights, tmp_path / "longlive_base.safetensors")
+    plain = load_world_model(str(tmp_path / "longlive_base.safetensors"), family="longlive", device="cpu", dtype="fp32")
+    assert plain.recache_style is None
+    (tmp_path / "longlive_interactive_inference.yaml").write_text("global_sink: false\n")
+    wm = load_world_model(str(tmp_path / "longlive_base.safetensors"), family="longlive", device="cpu", dtype="fp32")
+    assert wm.recache_style == "window_reset"
+    p = info["pipeline"]
+    _b, _f, _c, h, w = p["latent_shape"]
+    session = InteractiveSession(wm, t["text_context"], width=8 * w, height=8 * h, decode=False)
+    assert session.recache_style == "window_reset"
