@@ -1,7 +1,7 @@
 """InteractiveSession.save_world / world_state=: a resumed session continues bitwise (CPU, fp32).
 
 With per-block actions (held across the save), prompt switches that re-cache the window before and after
-the save (both re-cache styles: the saved history is what they re-run), and the decoder's cache (frames
+the save (every re-cache style: the saved history is what they re-run; "window_reset" relabels the ring past the save), and the decoder's cache (frames
 equal too). A save in the middle of a block is refused.
 """
 
@@ -40,7 +40,7 @@ def _drive(session, plan):
     return out
 
 
-@pytest.mark.parametrize("style", ["blocks", "window"])
+@pytest.mark.parametrize("style", ["blocks", "window", "window_reset"])
 def test_a_resumed_session_continues_bitwise(tmp_path, style):
     world, prompts = tiny_world(ACTIONS), _prompts()
     before = [[("action", "left")], [], [("prompt", "beach"), ("action", "right")], []]
