@@ -134,26 +134,10 @@ def plan_memory(
     )  # fmt: skip
 
 
-def plan_for(
-    given: PlanInput,
-    model_config,
-    cache_config: KVCacheConfig,
-    *,
-    vae_dim: int = 96,
-    vae_bytes: int | None = None,
-    resident_blocks: int | None = None,
-    fp8_block_weights: bool = False,
-    vae_memory: VAEMemory | None = None,
-    decode_slicing: DecodeSlicing | None = None,
-    non_torch_bytes: int = 0,
-) -> MemoryPlan:
+def plan_for(given: PlanInput, model_config, cache_config: KVCacheConfig, **rows) -> MemoryPlan:
     """`plan_memory` from one input record (`memory.PlanInput`: the shape, `streams` as the batch, the budget);
-    the rest as `plan_memory`'s arguments of the same names."""
-    return run_parts(
-        given, model_config, cache_config, vae_dim=vae_dim, vae_bytes=vae_bytes, resident_blocks=resident_blocks,
-        fp8_block_weights=fp8_block_weights, vae_memory=vae_memory, decode_slicing=decode_slicing,
-        non_torch_bytes=non_torch_bytes,
-    ).plan(given)  # fmt: skip
+    `rows`: `run_parts`' keyword arguments (the same as `plan_memory`'s of those names)."""
+    return run_parts(given, model_config, cache_config, **rows).plan(given)
 
 
 @dataclass(frozen=True)
