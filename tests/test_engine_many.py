@@ -90,14 +90,17 @@ def test_a_sink_that_stops_its_stream_stops_it_alone():
     assert [k for k, _ in ok.blocks] == [0, 1] and [k for k, _ in stops.blocks] == [0]
 
 
-def test_fork_futures_step_as_the_parent_would():
+@pytest.mark.parametrize("rope_offset", [0.0, 7.0])
+def test_fork_futures_step_as_the_parent_would(rope_offset):
     """A future with no seed continues the parent's noise: stepped batched beside another future, it equals the
-    parent stepped on alone (a copy of the stream before the fork, the same pages)."""
+    parent stepped on alone (a copy of the stream before the fork, the same pages). A stream whose RoPE positions
+    are shifted (LongLive 2.0's shots) forks at the same positions."""
     wm, (prompt, other) = _world(), _prompts(2)
     engine = Engine(wm)
     parent = engine.open(prompt, H, W, seed=9, arena=new_arena(engine.pipeline, H, W), keep_history=False)
     twin_engine = Engine(wm)
     twin = twin_engine.open(prompt, H, W, seed=9, arena=new_arena(twin_engine.pipeline, H, W))
+    parent.state.rope_offset = twin.state.rope_offset = rope_offset
     for _ in range(2):
         engine.step(parent)
         twin_engine.step(twin)

@@ -23,7 +23,7 @@ from ..cache.shared import StreamKVCache
 from ..errors import ConfigError
 from ..pipeline import BlockDiffusionPipeline, SeededNoise
 from ..pipeline.block_diffusion import StreamState
-from ..pipeline.streams import clone_noise
+from ..pipeline.streams import carry_position, clone_noise
 from ..tensors import to_device_async
 
 Actions = torch.Tensor | Callable[[int, int], torch.Tensor] | None
@@ -86,6 +86,7 @@ def fork_state(pipe: BlockDiffusionPipeline, parent: StreamState, future: Future
         cache, text, noise, parent.latent_height, parent.latent_width, 1, parent.next_frame, parent.next_block
     )
     state.first_latent, state.recent_latents = parent.first_latent, parent.recent_latents  # never written in place
+    carry_position(parent, state)
     return state
 
 

@@ -131,6 +131,7 @@ def _denoise_group(pipe, states, actions, hooks) -> list[BlockOutput]:
     one = (1, n, cfg.out_dim, states[0].latent_height, states[0].latent_width)
     t0 = time.perf_counter()
     starts = [st.next_frame for st in states]
+    offsets = [st.rope_offset for st in states]  # LongLive 2.0 shots: each stream's own RoPE shift
     for st in states:
         hooks.on_block_start(st.next_block, st.next_frame)
     x = torch.cat([to_device_async(st.noise.initial(st.next_block * n, one).float(), pipe.device) for st in states])
@@ -146,13 +147,13 @@ def _denoise_group(pipe, states, actions, hooks) -> list[BlockOutput]:
     for t in solve.timesteps.tolist():
         hooks.check_interrupt()
         with hooks.stage("denoise"):
-            flow = _call(pipe, batch, text, x, t, starts, n, action)
+            flow = _call(pipe, batch, text, x, t, starts, n, action, offsets)
             out = solve.step(flow.float(), x, renoise)
             x0, x = out.x0, out.sample
         if out.block is not None:
             x0 = out.block  # the block as denoise_block records it
     with hooks.stage("context_pass"):
-        _call(pipe, batch, text, x0, float(pipe.sampling.context_noise), starts, n, action)
+        _call(pipe, batch, text, x0, float(pipe.sampling.context_noise), starts, n, action, offsets)
     seconds = time.perf_counter() - t0
     outputs = []
     for i, st in enumerate(states):
@@ -188,12 +189,15 @@ def _stack_actions(actions: list, device, n: int):
     return type(first)(**fields)
 
 
-def _call(pipe, batch: BatchedStreamKV, text, x, t: float, starts: list[int], n: int, action):
-    """One transformer call over every stream's frames [start_i, start_i + n): x (B, n, C, H, W) → flow."""
+def _call(pipe, batch: BatchedStreamKV, text, x, t: float, starts: list[int], n: int, action, offsets: list[float]):
+    """One transformer call over every stream's frames [start_i, start_i + n): x (B, n, C, H, W) → flow. RoPE
+    positions per row where the streams' starts or RoPE offsets differ (as `BlockDiffusionPipeline._call`)."""
     batch.begin_each(starts, n)
     timestep = torch.full((len(starts), n), t, dtype=torch.float32, device=pipe.device)
     positions = None
-    if len(set(starts)) > 1:
+    if any(offsets):
+        positions = torch.stack([torch.arange(s, s + n, dtype=torch.float64) + o for s, o in zip(starts, offsets)])
+    elif len(set(starts)) > 1:
         positions = torch.stack([torch.arange(s, s + n) for s in starts])
     flow = pipe.model(
         x.permute(0, 2, 1, 3, 4).to(pipe.dtype),

@@ -101,8 +101,8 @@ def adopt_stream(pipe: BlockDiffusionPipeline, state: StreamState, arena: PageAr
         raise ConfigError("a stream with KV recompute or clean first latents cannot be moved into a page arena yet")
     arena = arena or new_arena(pipe, state.latent_height, state.latent_width)
     cache = arena.adopt(state.cache)
-    return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
-                       state.next_frame, state.next_block)  # fmt: skip
+    return carry_position(state, StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width,
+                                             1, state.next_frame, state.next_block))  # fmt: skip
 
 
 def to_plain_stream(pipe: BlockDiffusionPipeline, state: StreamState) -> StreamState:
@@ -138,8 +138,16 @@ def to_plain_stream(pipe: BlockDiffusionPipeline, state: StreamState) -> StreamS
             f"copying the stream out of its arena left frames {cache.resident_frames()} (end {cache.end_frame}); "
             f"expected {frames} (end {src.end_frame})"
         )
-    return StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width, 1,
-                       state.next_frame, state.next_block)  # fmt: skip
+    return carry_position(state, StreamState(cache, state.text, state.noise, state.latent_height, state.latent_width,
+                                             1, state.next_frame, state.next_block))  # fmt: skip
+
+
+def carry_position(source: StreamState, state: StreamState) -> StreamState:
+    """`state` with `source`'s shots and RoPE offset (LongLive 2.0) and the history it keeps: a copy of a stream in
+    another cache (adopted, copied out, forked) continues at the same positions."""
+    state.shot_index, state.rope_offset = source.shot_index, source.rope_offset
+    state.history_frames = source.history_frames
+    return state
 
 
 def clone_noise(noise) -> SeededNoise:
