@@ -103,3 +103,29 @@ def test_branch_events_are_validated():
     with pytest.raises(ConfigError, match="index"):
         q.validate({"type": "pick", "index": "1"})
     assert q.validate({"type": "pick", "index": -1})["index"] == -1
+
+
+def test_a_kept_future_re_caches_with_window_reset(world, prompts):
+    """LongLive's global_sink: false re-cache relabels a ring cache: the future kept after a branch (its pages in
+    an arena) goes back into a ring, and a later switch re-caches as an unbranched session does."""
+
+    def run(branch: bool):
+        s = InteractiveSession(world, "start", width=48, height=32, seed=3, cache=WINDOW, decode=False,
+                               prompt_encoder=prompts.__getitem__, recache_style="window_reset")  # fmt: skip
+        out = [s.step().latents for _ in range(3)]
+        if branch:
+            s.send({"type": "branch", "futures": [None, "beach"]})
+            out.append(s.step().latents[:1])
+            s.send({"type": "pick", "index": 0})
+        else:
+            out.append(s.step().latents)
+        for _ in range(3):
+            out.append(s.step().latents)
+        s.send({"type": "prompt", "text": "beach"})
+        out += [s.step().latents for _ in range(2)]
+        assert s.num_recaches == 1
+        return torch.cat(out, dim=1)
+
+    branched, plain = run(True), run(False)
+    assert torch.isfinite(branched).all()
+    assert (branched - plain).abs().max().item() <= 1e-5 * float(plain.abs().max())

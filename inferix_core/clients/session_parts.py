@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..cache.ring import RingKVCache
 from ..engine.forks import check_branchable
 from ..errors import ConfigError
+from ..pipeline.streams import release_stream, to_plain_stream
 from .branching import Future, LiveBranch
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,11 @@ class BranchHere:
             branch.drop()
             return False
         state, decoder, fork, frames = branch.pick(index)
+        if self._history_frames and not isinstance(state.cache, RingKVCache):  # "window_reset" relabels a ring only
+            plain = to_plain_stream(self.pipeline, state)
+            release_stream(state)
+            state = plain
+            log.info("the kept future's pages copied back into a ring cache (its re-caches rewrite the sink slots)")
         self.state = state
         if decoder is not None:
             self._stream.decoder = decoder
