@@ -128,3 +128,18 @@ def test_what_many_streams_refuse():
     assert bare.new_decoder() is None  # a bare pipeline keeps latents only
     with pytest.raises(ConfigError, match="bare pipeline"):
         bare.plan(48, 32, 2)
+
+
+def test_action_rows_count_from_the_origin_or_take_absolute_frames():
+    """A fork's rows count from its fork point, a stream's from frame 0; a function gets absolute frames; too few
+    rows are refused naming the rows needed."""
+    from inferix_core.engine.forks import action_rows
+    from inferix_core.errors import ShapeMismatchError
+
+    rows = torch.randn(1, 6, 3, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(action_rows(rows, 10, 2, origin=8), rows[:, 2:4])  # a fork at frame 8: rows 2, 3
+    assert torch.equal(action_rows(rows, 4, 2), rows[:, 4:6])  # a stream: rows 4, 5
+    assert torch.equal(action_rows(lambda start, n: rows[:, start - 10 : start - 10 + n], 10, 2), rows[:, 0:2])
+    assert action_rows(None, 4, 2) is None
+    with pytest.raises(ShapeMismatchError, match="needs rows 5..6"):
+        action_rows(rows, 5, 2, who="stream 'a'")

@@ -43,10 +43,10 @@ from ..cache.shared import PageArena, StreamKVCache
 from ..cache.spec import KVCacheConfig
 from ..engine import BlockInput, Engine, EngineBlock, Stream
 from ..engine.conditioning import encode_prompt, latent_size
-from ..engine.forks import Future, check_branchable, check_forkable, fork_decoder
+from ..engine.forks import Future, action_rows, check_branchable, check_forkable, fork_decoder
 from ..engine.image_world import StartImageInputs, start_image_role
 from ..engine.run_output import pixels_to_uint8
-from ..errors import ConfigError, ShapeMismatchError
+from ..errors import ConfigError
 from ..models.registry import WorldModel
 from ..pipeline import BlockDiffusionPipeline, SamplingConfig
 from ..pipeline.block_diffusion import StreamState
@@ -87,19 +87,9 @@ class Fork:
         return self.stream.pixel_window
 
     def actions(self, block_frames: int) -> torch.Tensor | None:
-        a, start = self.future.actions, self.state.next_frame
-        if a is None:
-            return None
-        if callable(a):
-            return a(start, block_frames)
-        rel = start - self.origin_frame
-        rows = a[:, rel : rel + block_frames]
-        if rows.shape[1] != block_frames:
-            raise ShapeMismatchError(
-                f"fork '{self.future.name}' has actions for {a.shape[1]} frames from the fork point; "
-                f"block at frame {start} needs rows {rel}..{rel + block_frames - 1}"
-            )
-        return rows
+        """Rows counted from the fork point, or the future's function of the absolute frame."""
+        who = f"fork '{self.future.name}'"
+        return action_rows(self.future.actions, self.state.next_frame, block_frames, self.origin_frame, who)
 
     def latents(self) -> torch.Tensor:
         """This fork's generated latents (1, F, C, H, W) since the fork point."""

@@ -33,7 +33,8 @@ import torch
 from ..cache.planner import MemoryPlan, available_memory_bytes, plan_for
 from ..engine import BlockInput, Engine, EngineBlock
 from ..engine import Stream as EngineStream
-from ..errors import CacheBudgetError, ConfigError, ShapeMismatchError, StreamStopped
+from ..engine.forks import action_rows
+from ..errors import CacheBudgetError, ConfigError, StreamStopped
 from ..memory import PlanInput
 from ..pipeline import BlockDiffusionPipeline
 from ..pipeline.block_diffusion import StreamState
@@ -158,16 +159,10 @@ class Stream:
         return self.stream.decoder
 
     def actions(self, block_frames: int) -> torch.Tensor | None:
-        a, start = self.request.actions, self.state.next_frame
-        if a is None:
-            return None
-        rows = a(start, block_frames) if callable(a) else a[:, start : start + block_frames]
-        if rows.shape[1] != block_frames:
-            raise ShapeMismatchError(
-                f"stream '{self.request.name}' has actions for {rows.shape[1]} frames at frame {start}; "
-                f"expected {block_frames}. Give one action row per latent frame."
-            )
-        return rows
+        """Rows counted from the stream's frame 0, or its function of the absolute frame."""
+        return action_rows(
+            self.request.actions, self.state.next_frame, block_frames, 0, f"stream '{self.request.name}'"
+        )
 
 
 class MultiStreamEngine:

@@ -20,7 +20,7 @@ import torch
 
 from ..cache import create_kv_cache
 from ..cache.shared import StreamKVCache
-from ..errors import ConfigError
+from ..errors import ConfigError, ShapeMismatchError
 from ..pipeline import BlockDiffusionPipeline, SeededNoise
 from ..pipeline.block_diffusion import StreamState
 from ..pipeline.streams import carry_position, clone_noise
@@ -44,6 +44,23 @@ class Future:
     actions: Actions = None
     seed: int | None = None
     name: str = ""
+
+
+def action_rows(actions: Actions, start: int, block_frames: int, origin: int = 0, who: str = "") -> torch.Tensor | None:
+    """A stream's or a fork's action rows for the block at absolute frame `start`: `actions(start, n)` when it is a
+    function of the absolute frame, else rows counted from `origin` (a fork's first frame; 0 for a stream)."""
+    if actions is None:
+        return None
+    if callable(actions):
+        return actions(start, block_frames)
+    rel = start - origin
+    rows = actions[:, rel : rel + block_frames]
+    if rows.shape[1] != block_frames:
+        raise ShapeMismatchError(
+            f"{who} has actions for {actions.shape[1]} frames from frame {origin}; the block at frame {start} needs "
+            f"rows {rel}..{rel + block_frames - 1}. Give one action row per latent frame."
+        )
+    return rows
 
 
 def check_branchable(pipe: BlockDiffusionPipeline) -> None:
