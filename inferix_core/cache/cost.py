@@ -39,8 +39,8 @@ class KVCost:
     def row(self, label: str, config: KVCacheConfig) -> Cost:
         try:
             cost = cache_cost(config, self.spec)
-        except CacheBudgetError:  # offload cannot even fit its two staging layers
-            return Cost(self.name, -1, 0, option=(config, None), label=label)
+        except CacheBudgetError as exc:  # offload cannot even fit its two staging layers: the reason is the formula
+            return Cost(self.name, -1, 0, option=(config, None), label=label, formula=str(exc))
         return Cost(self.name, cost.device_bytes, 0, cost.host_bytes, (config, cost), label, formula=cost.formula)
 
 

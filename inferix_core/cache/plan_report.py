@@ -16,7 +16,6 @@ from .plan_costs import (
     CacheCost,
     HostMemory,
     OffloadEstimate,
-    cache_cost,
     estimate_offload,
     format_bytes,
 )
@@ -205,10 +204,8 @@ def memory_plan(composed, run) -> MemoryPlan:
         plan.offload = estimate_offload(cfg, spec, plan.chosen)
     if plan.requested_cache is None:  # offload as asked cannot even hold its staging layers: no plan to report
         fitting = next((label for label, _, fits in plan.candidates if fits), None)
-        try:
-            cache_cost(cache_config, spec)
-        except CacheBudgetError as exc:
-            raise CacheBudgetError(str(exc) + (f" Of the alternatives, {fitting} fits." if fitting else "")) from None
+        reason = composed.cost(KV).formula  # the cache's own refusal (cost.KVCost.row)
+        raise CacheBudgetError(reason + (f" Of the alternatives, {fitting} fits." if fitting else ""))
     plan.message = _budget_message(plan, avail, window) + _offload_warning(plan.offload)
     log.info("%s", plan.message)
     return plan
