@@ -58,7 +58,7 @@ from .engine.world_state import (
     WorldState,
 )
 from .errors import ConfigError
-from .models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
+from .models.registry import WorldModel
 from .pipeline import BlockOutput, GenerationRequest, SamplingConfig
 from .profiling import NullProfiler
 
@@ -167,7 +167,7 @@ def generate_video(
             if isinstance(actions_in, torch.Tensor):  # the pipeline reads actions at absolute frames
                 pad = actions_in.new_zeros(actions_in.shape[0], resume_state.next_frame, actions_in.shape[2])
                 actions_in = torch.cat([pad, actions_in], dim=1)
-        style = world_model.recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family)  # LongLive: theirs
+        style = world_model.switch_recache  # LongLive: theirs
         request = GenerationRequest(
             num_blocks=num_blocks,
             latent_height=run.lat_h,

@@ -35,7 +35,7 @@ from ..engine.run_inputs import encode_run_prompt
 from ..engine.schedules import SCENE_CUT_PREFIX
 from ..engine.world_state import WorldState
 from ..errors import ConfigError
-from ..models.registry import RECACHE_STYLE_BY_FAMILY, WorldModel
+from ..models.registry import WorldModel
 from ..pipeline import SamplingConfig
 from ..pipeline.frames import keep_resident
 from ..pipeline.recache import check_style, history_frames
@@ -118,9 +118,7 @@ class InteractiveSession(QueuedInputs, BranchHere):
         self.hard_switch = hard_switch
         self._new_shot = False  # the coming block starts a shot
         self._shot_caption: str | None = None  # the shot's bare caption, for its blocks after the first
-        self.recache_style = (
-            recache_style or world_model.recache_style or RECACHE_STYLE_BY_FAMILY.get(world_model.family, "blocks")
-        )
+        self.recache_style = recache_style or world_model.switch_recache or "blocks"
         self.hold_actions = hold_actions
         # the start image, decided once (image_world.start_image_role): Wan 2.1 I2V's cond_concat per block and
         # CLIP tokens beside the prompt; Matrix-Game's start image, action track and live controls; TI2V's clean
@@ -160,8 +158,8 @@ class InteractiveSession(QueuedInputs, BranchHere):
         # the engine: the block loop (pipeline, Krea's pixel window, decoder choice, profiler)
         self.engine = Engine(world_model, sampling, cache, decoder=decoder, decode=decode, profiler=self.profiler)
         self.pipeline = self.engine.pipeline
-        # the clean blocks a re-cache needs beyond the resident ones ("window_reset": the last window)
         check_style(self.recache_style, self.engine.cache_config)  # refused before any model work
+        # the clean blocks a re-cache needs beyond the resident ones ("window_reset": the last window)
         self._history_frames = 0 if hard_switch else history_frames(self.recache_style, self.engine.cache_config)
         with self.profiler.stage("text_encode"):
             if self._image is None and world_state is not None and "extra.context" in world_state.tensors:

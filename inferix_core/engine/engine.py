@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..cache import KVCacheConfig, MemoryPlan
-from ..cache.shared import PageArena, StreamKVCache
+from ..cache.shared import PageArena
 from ..errors import ConfigError, GenerationInterruptedError, StreamStopped
 from ..models.registry import WorldModel
 from ..pipeline import BlockDiffusionPipeline, BlockOutput, GenerationRequest, SamplingConfig, SeededNoise
@@ -308,9 +308,11 @@ class Engine:
         """The stream with its KV pages in a page arena (copied once from a plain cache; a stream already in one,
         or one whose cache Krea's recompute rebuilds every block, as it is), so it can fork and batch."""
         self.settle(stream)
-        if self.sampling.kv_recompute_frames or isinstance(stream.state.cache, StreamKVCache):
+        if self.sampling.kv_recompute_frames:
             return stream
-        state = adopt_stream(self.pipeline, stream.state, arena)
+        state = adopt_stream(self.pipeline, stream.state, arena)  # the same state when already in an arena
+        if state is stream.state:
+            return stream
         return Stream(state, stream.decoder, stream.sinks, stream.history, pixel_window=stream.pixel_window)
 
     def fork(self, stream: Stream, futures: Sequence[Future]) -> list[Stream]:
@@ -323,9 +325,9 @@ class Engine:
         parent = stream.state
         self.settle(stream)
         in_loop = decodes_in_loop(stream.decoder, self.pipeline)
+        own = self.pipeline.first_frame_encoder  # the window in force (a kept fork's, after a branch)
         forks = []
         for future in futures:
-            own = self.pipeline.first_frame_encoder  # the window in force (a kept fork's, after a branch)
             window = None if own is None else own.fork()
             if stream.decoder is None:
                 decoder = None

@@ -11,7 +11,7 @@ import torch
 
 from ..cache import KVCacheConfig
 from ..scheduler import SamplingConfig
-from .families import get_family
+from .families import RECACHE_STYLE_BY_FAMILY, get_family
 from .fp8 import count_fp8_linears
 from .matrix_game2 import MATRIX_GAME2_VARIANTS
 from .wan.causal_transformer import CausalWanTransformer
@@ -40,6 +40,12 @@ class WorldModel:
     # how a prompt switch re-caches (pipeline/recache.py); None: the family's (RECACHE_STYLE_BY_FAMILY). A LongLive
     # config beside the weights with `global_sink: false` sets "window_reset" (models/family_detect.recache_style_beside)
     recache_style: str | None = None
+
+    @property
+    def switch_recache(self) -> str | None:
+        """How a prompt switch re-caches this model's K/V: the config beside its weights' (`recache_style`), else its
+        family's (RECACHE_STYLE_BY_FAMILY); None: the family has none (a finite run then switches hard)."""
+        return self.recache_style or RECACHE_STYLE_BY_FAMILY.get(self.family)
 
     @property
     def device(self) -> torch.device:

@@ -36,11 +36,20 @@ def check_style(style: str, cache_config) -> None:
     if style not in RECACHE_STYLES:
         raise ConfigError(f"recache_style '{style}' is not one of {', '.join(RECACHE_STYLES)}")
     if history_frames(style, cache_config) and cache_kind(cache_config) != "ring":
-        raise ConfigError(
-            f"LongLive's global_sink: false re-cache ('window_reset') runs on the ring KV cache, not the "
-            f"{cache_kind(cache_config)} one: set page_frames 0, offload 'off' and quantization 'none', or use "
-            "global_sink: true (recache_style 'window')"
-        )
+        raise _needs_ring(cache_kind(cache_config))
+
+
+def _needs_ring(kind: str) -> ConfigError:
+    """The refusal of a "window_reset" re-cache on a cache that cannot relabel its sink slots."""
+    return ConfigError(
+        f"LongLive's global_sink: false re-cache ('window_reset') runs on the ring KV cache, not the {kind} one: "
+        "set page_frames 0, offload 'off' and quantization 'none', or use global_sink: true (recache_style 'window')"
+    )
+
+
+def _covered(blocks: Blocks) -> list[int]:
+    """The frames `blocks` hold clean latents of, in order."""
+    return sorted({start + i for start, x, _ in blocks for i in range(x.shape[1])})
 
 
 def _clean_frames(blocks: Blocks, frames: list[int]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -77,7 +86,7 @@ def recache_window(pipe: Any, state: Any, blocks: Blocks) -> int:
     if not set(frames) <= set(resident) or clean is None:
         raise ConfigError(  # an invariant of the callers (they keep the resident blocks), not a user mistake
             f"re-cache needs the clean frames {first}..{end - 1}, resident and given; the cache holds "
-            f"{resident}, the blocks cover {sorted({s + i for s, x, _ in blocks for i in range(x.shape[1])})}"
+            f"{resident}, the blocks cover {_covered(blocks)}"
         )
     latents, actions = clean
     pipe.context_pass(state, latents, first, actions)
@@ -100,18 +109,14 @@ def recache_window_reset(pipe: Any, state: Any, blocks: Blocks) -> int:
     sink = getattr(cache, "sink_frames", 0)
     if cache.config.is_global or not sink or not cache.resident_frames():
         return recache_window(pipe, state, blocks)
-    if not isinstance(cache, RingKVCache):
-        raise ConfigError(
-            f"LongLive's global_sink: false re-cache runs on the ring KV cache, not a {type(cache).__name__}: use "
-            "page_frames 0, no offload and no quantization, or global_sink: true (recache_style 'window')"
-        )
+    if not isinstance(cache, RingKVCache):  # e.g. offload="auto" that offloads, or a stream adopted into an arena
+        raise _needs_ring(type(cache).__name__)
     first = end - min(cache.config.window_frames, end)
     frames = list(range(first, end))
     clean = _clean_frames(blocks, frames)
     if clean is None:
         raise ConfigError(  # an invariant of the callers (history_frames), not a user mistake
-            f"a window_reset re-cache needs the clean frames {first}..{end - 1}; the blocks cover "
-            f"{sorted({s + i for s, x, _ in blocks for i in range(x.shape[1])})}"
+            f"a window_reset re-cache needs the clean frames {first}..{end - 1}; the blocks cover {_covered(blocks)}"
         )
     counters = cache.num_evictions, cache.num_eviction_events, cache.num_calls
     cache.reset()
@@ -146,8 +151,8 @@ def recache_blocks(pipe: Any, state: Any, blocks: Blocks) -> int:
 
 
 def recache(pipe: Any, state: Any, blocks: Blocks, style: str) -> int:
-    """Re-cache in `style` ("window" or "blocks"); returns the first frame re-written. Either style leaves the
-    same frames resident and the cache's end where the stream is: checked here, once for both."""
+    """Re-cache in `style` (RECACHE_STYLES); returns the first frame re-written. Every style leaves the same frames
+    resident and the cache's end where the stream is: checked here, once for all."""
     styles = {"window": recache_window, "window_reset": recache_window_reset, "blocks": recache_blocks}
     if style not in styles:
         raise ConfigError(f"recache style must be one of {RECACHE_STYLES}, got {style!r}")
