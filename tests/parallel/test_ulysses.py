@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from inferix_core.pipeline import BlockDiffusionPipeline, GenerationRequest
-from tests.fixture_utils import self_forcing_runs
+from tests.fixture_utils import fixture_header, self_forcing_runs
 from tests.parallel.sp_worker import CACHE_KINDS
 from tests.pipeline.test_parity import FixtureNoise, Recorder, build
 
@@ -121,7 +121,14 @@ def single_process(path: Path, overrides: dict):
 @pytest.mark.parametrize("kind", list(CACHE_KINDS))
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
 def test_two_ranks_match_one_process(rank_outputs, path, kind):
-    """Every step's x0 and the final latents on both ranks equal the 1-process run (and the reference)."""
+    """Every step's x0 and the final latents on both ranks equal the 1-process run (and the reference); a
+    fixture whose head count (its config's) does not divide by the ranks is refused on every rank, naming both."""
+    heads = fixture_header(path)[0]["config"]["num_heads"]
+    if heads % WORLD:
+        for rank, out in enumerate(rank_outputs):
+            message = out.get(f"{path.name}/refused", "")
+            assert f"{heads} attention heads" in message and f"world size {WORLD}" in message, (rank, message)
+        return
     t, latents, x0, heads = single_process(path, CACHE_KINDS[kind])
     key = f"{path.name}/{kind}"
     for rank, out in enumerate(rank_outputs):
