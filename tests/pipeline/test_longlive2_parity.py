@@ -79,15 +79,20 @@ def test_generation_matches_the_authors_pipeline(fx):
 
 
 def test_shot_fixtures_exercise_a_pin_and_the_offset():
-    """The multi-shot fixtures must reach the pinned-sink state (else the test above checks nothing new)."""
-    shots = [
-        p for p in FIXTURES if json.loads(safe_open(str(p), "pt").metadata()["info"])["run"].get("block_shot_start")
-    ]
+    """The multi-shot fixtures must reach the pinned-sink state (else the test above checks nothing new).
+
+    A property of the fixture set, not of each file: a held-out multi-shot run whose shot ends before its pin
+    leaves the window (issue #49: any sizes) is still checked by the parity test above; it just adds no pin."""
+    runs = {p.name: json.loads(safe_open(str(p), "pt").metadata()["info"])["run"] for p in FIXTURES}
+    shots = {name: run for name, run in runs.items() if run.get("block_shot_start")}
     assert shots, "no multi-shot fixture (longlive2_tiny_shots*); run bench/fixtures/gen_longlive2.py"
-    for path in shots:
-        run = json.loads(safe_open(str(path), "pt").metadata()["info"])["run"]
-        assert run["multi_shot_sink"] and run["sink_size"] > 0 and run["rope_offset"] != 0
+
+    def pin_outlives_window(run):
+        if not (run["multi_shot_sink"] and run["sink_size"] > 0 and run["rope_offset"] != 0):
+            return False
         num_blocks = run["latent_frames"] // run["block_frames"]
         # a shot whose pin outlives the window: at least two more blocks than the window holds after it
         blocks_in_window = run["local_attn_size"] // run["block_frames"]
-        assert any(b + blocks_in_window < num_blocks for b in run["block_shot_start"]), path.name
+        return any(b + blocks_in_window < num_blocks for b in run["block_shot_start"])
+
+    assert any(pin_outlives_window(run) for run in shots.values()), sorted(shots)
