@@ -124,9 +124,16 @@ def test_outputs_and_caches(path, with_sink):
 def test_debug_intermediates(path):
     info, t, module, _, caches, _, _ = run_calls(path)
     n, r = info["call"]["num_frame_per_block"], module.config.vae_time_compression_ratio
+    if not info["call"].get("debug_blocks"):
+        pytest.skip("this fixture stores no debug intermediates (call.debug_blocks empty)")
     checked = 0
-    for b in info["call"].get("debug_blocks", ()):
+    for b in info["call"]["debug_blocks"]:
         rec = caches[("debug", b)]
+        # every sub-module the fixture stores (README_matrix_game2 §5.2 `block{b}.call0.debug.<sub>.*`) is
+        # compared: how many there are depends on the config (no mouse: no mouse_mlp, t_qkv, proj_mouse)
+        prefix = f"block{b}.call0.debug."
+        stored = {k[len(prefix) : -len(".output")] for k in t if k.startswith(prefix) and k.endswith(".output")}
+        assert stored and stored <= set(rec), (b, sorted(stored - set(rec)))
         for name, (inp, out) in rec.items():
             ref_in, ref_out = t[f"block{b}.call0.debug.{name}.input"], t[f"block{b}.call0.debug.{name}.output"]
             if name == "keyboard_embed":  # the authors embed the padded rows from r·start on; we embed the windows
@@ -135,7 +142,7 @@ def test_debug_intermediates(path):
             torch.testing.assert_close(inp, ref_in, atol=ATOL, rtol=0)
             torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=0)
             checked += 1
-    assert checked >= 5
+    assert checked
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
