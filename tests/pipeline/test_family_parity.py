@@ -177,9 +177,9 @@ def test_reencoded_first_frames(path):
     n, k = p["num_frame_per_block"], p["kv_cache_num_frames"]
     window = _first_frame_encoder(path, info)
     expected = [b for b in range(p["num_blocks"]) if (b - 1) * n >= k]
-    assert info.get("reencode_blocks", expected) == expected and expected, (
-        "the window never rolled: the fixture checks nothing"
-    )
+    assert info.get("reencode_blocks", expected) == expected
+    if not expected:  # a run too short for its K (README: reencode_blocks []); its generation is checked above
+        pytest.skip(f"no block re-encoded: kv_cache_num_frames {k} outlasts {p['num_blocks']} blocks of {n}")
     with torch.no_grad():
         for b in range(p["num_blocks"]):
             if b in expected:
@@ -189,3 +189,13 @@ def test_reencoded_first_frames(path):
                 torch.testing.assert_close(latent, t[f"block{b}.reencode.latent"], atol=ATOL, rtol=0)
             window.observe(t["output_latents"][:, b * n : (b + 1) * n])
     assert len(window.frames) == window.max_frames == 1 + 4 * (k - 1)
+
+
+def test_some_reencode_fixture_rolls_its_window():
+    """The re-encode test above checks something: at least one re-encode fixture re-encoded a block."""
+    rolled = []
+    for path in REENCODE:
+        p = read_fixture(path)[0]["pipeline"]
+        n, k = p["num_frame_per_block"], p["kv_cache_num_frames"]
+        rolled += [path.name] if any((b - 1) * n >= k for b in range(p["num_blocks"])) else []
+    assert rolled or not REENCODE, "no re-encode fixture's window ever rolled: the re-encode checks nothing"
