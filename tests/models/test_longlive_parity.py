@@ -177,9 +177,16 @@ def test_the_recache_style_matters_on_this_fixture(path, tmp_path):
     """Re-running every resident block causally (the other style) lands far from their output: the test above
     can tell the two apart. "Far" is measured in the parity tolerance: 10 × ATOL leaves the parity test an order
     of magnitude between a right and a wrong recache (how far the styles part depends on the fixture's sizes
-    and seed: 0.0097 on a 2-head, 3-layer held-out file, 100 × ATOL and more on the shipped one)."""
-    _, t, _, latents = replay_session(path, tmp_path, recache_style="blocks")
-    assert (latents - t["output_latents"]).abs().max() > 10 * ATOL
+    and seed: 0.0097 on a 2-head, 3-layer held-out file, 100 × ATOL and more on the shipped one).
+
+    A run whose every switch follows its first block has one resident block to re-cache: both styles are then
+    one context pass over that block, the same computation, and must agree within the parity tolerance."""
+    info, t, _, latents = replay_session(path, tmp_path, recache_style="blocks")
+    gap = (latents - t["output_latents"]).abs().max()
+    if all(b == 1 for b in info["switch"]["switch_block_indices"]):
+        assert gap <= ATOL
+    else:
+        assert gap > 10 * ATOL
 
 
 def schedule_run(path, folder, recache_style: str):
