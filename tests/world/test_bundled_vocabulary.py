@@ -3,10 +3,13 @@ reaching the model through generate_video, InteractiveSession and the live page,
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import inferix_core.assets as assets
 from inferix_core.api import generate_video
@@ -87,12 +90,22 @@ def test_v2_files_load_with_their_vocabulary(v2_dir, vocab):
     assert b.encode_prompt("night").shape == (1, vocab.text_len, b.transformer.config.text_dim)
 
 
-def test_v1_files_still_load_with_their_fixed_context():
-    b = load_bundled()
-    if b.config.get("prompt") is not None:
-        pytest.skip("the shipped assets are v2 now")
+def test_v1_files_still_load_with_their_fixed_context(v2_dir, tmp_path):
+    """A v1 export (assets/__init__.py: one learned `bundled_context`, no `prompt` section) made from the v2
+    files: it loads with no prompt encoder and every prompt gives its stored context."""
+    config = json.loads((v2_dir / "config.json").read_text())
+    del config["prompt"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shutil.copy(v2_dir / "vae.safetensors", tmp_path / "vae.safetensors")
+    sd = load_file(str(v2_dir / "transformer.safetensors"))
+    table = sd.pop("bundled_vocabulary")
+    wcfg = config["transformer"]
+    context = torch.randn(1, wcfg["text_len"], table.shape[1], generator=torch.Generator().manual_seed(5))
+    save_file({**sd, "bundled_context": context.to(table.dtype)}, str(tmp_path / "transformer.safetensors"))
+    b = load_bundled(tmp_path)
     assert b.prompt_encoder is None and not b.takes_prompt
-    assert torch.equal(b.encode_prompt("anything"), b.context)
+    assert torch.equal(b.encode_prompt("anything"), context.to(table.dtype).float())
+    assert torch.equal(b.encode_prompt("night"), b.context)
 
 
 @pytest.fixture
