@@ -163,6 +163,13 @@ def test_every_denoising_call(path):
     assert checked == info["trace"]["model_calls"]
 
 
+def reencoded_blocks(p: dict) -> list[int]:
+    """The blocks whose first frame Krea re-encodes: those starting once the first frame left the window of
+    `kv_cache_num_frames` (their `pipeline`); `info.reencode_blocks` where the file states it must agree."""
+    n, k = p["num_frame_per_block"], p["kv_cache_num_frames"]
+    return [b for b in range(p["num_blocks"]) if (b - 1) * n >= k]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", REENCODE, ids=[f.name for f in REENCODE])
 def test_reencoded_first_frames(path):
@@ -176,7 +183,7 @@ def test_reencoded_first_frames(path):
     p = info["pipeline"]
     n, k = p["num_frame_per_block"], p["kv_cache_num_frames"]
     window = _first_frame_encoder(path, info)
-    expected = [b for b in range(p["num_blocks"]) if (b - 1) * n >= k]
+    expected = reencoded_blocks(p)
     assert info.get("reencode_blocks", expected) == expected
     if not expected:  # a run too short for its K (README: reencode_blocks []); its generation is checked above
         pytest.skip(f"no block re-encoded: kv_cache_num_frames {k} outlasts {p['num_blocks']} blocks of {n}")
@@ -193,9 +200,5 @@ def test_reencoded_first_frames(path):
 
 def test_some_reencode_fixture_rolls_its_window():
     """The re-encode test above checks something: at least one re-encode fixture re-encoded a block."""
-    rolled = []
-    for path in REENCODE:
-        p = read_fixture(path)[0]["pipeline"]
-        n, k = p["num_frame_per_block"], p["kv_cache_num_frames"]
-        rolled += [path.name] if any((b - 1) * n >= k for b in range(p["num_blocks"])) else []
+    rolled = [path.name for path in REENCODE if reencoded_blocks(read_fixture(path)[0]["pipeline"])]
     assert rolled or not REENCODE, "no re-encode fixture's window ever rolled: the re-encode checks nothing"
